@@ -1,0 +1,213 @@
+"""The versioned scenario cache: a folder of verified bundles named by content hash, plus a manifest.
+
+Layout of one cache version (``artifacts/scenarios/v1/`` ships with the project)::
+
+    manifest.json             format and generator versions, counts by split / bug class / tier /
+                              domain / code style, lineage, and one row per scenario (id, sha256,
+                              split, tier, ...)
+    bundles/<id>.json.gz      one bundle; <id> is the first 16 hex digits of its SHA-256
+    rejects.jsonl             drafts the check refused, with the reason (when built here)
+
+Loading verifies every bundle it hands out: the gzip must decode, the JSON must validate as a
+:class:`Bundle`, and its recomputed content hash must equal both the file name and the manifest row.
+A corrupt or tampered entry raises :class:`CorruptEntryError` naming it; iteration skips it and
+records the problem in :attr:`ScenarioCache.problems`, so a bad entry is never silently used.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from pydantic import ValidationError
+
+from envcore.scenario.bundle import ID_LENGTH, Bundle
+from envcore.version import CACHE_FORMAT_VERSION
+
+MANIFEST = "manifest.json"
+BUNDLES = "bundles"
+REJECTS = "rejects.jsonl"
+DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "artifacts" / "scenarios"
+
+
+class CacheError(Exception):
+    """The cache folder itself is unusable (missing or unreadable manifest, wrong format)."""
+
+
+class CorruptEntryError(CacheError):
+    """One entry failed verification; ``scenario_id`` names it."""
+
+    def __init__(self, scenario_id: str, reason: str) -> None:
+        super().__init__(f"scenario {scenario_id}: {reason}")
+        self.scenario_id = scenario_id
+        self.reason = reason
+
+
+def bundle_bytes(bundle: Bundle) -> bytes:
+    """Deterministic gzip of the bundle's canonical JSON (mtime fixed, so same bundle -> same bytes)."""
+    data = json.dumps(bundle.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return gzip.compress(data.encode("utf-8"), compresslevel=9, mtime=0)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def manifest_row(bundle: Bundle, split: str) -> dict[str, Any]:
+    return {**bundle.summary(), "sha256": bundle.content_hash(), "split": split}
+
+
+def counts(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    rows = list(rows)
+    out = {}
+    for key in ("split", "bug_class", "tier", "domain", "code_style", "variant"):
+        out[key] = dict(sorted(Counter(str(r[key]) for r in rows).items()))
+    out["total"] = {"scenarios": len(rows)}
+    return out
+
+
+def write_cache(
+    root: Path,
+    entries: Iterable[tuple[Bundle, str]],
+    *,
+    generator: str,
+    config: dict[str, Any] | None = None,
+    lineage: dict[str, Any] | None = None,
+    rejects: Iterable[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """Write bundles and the manifest into ``root`` (created if needed); return the manifest."""
+    root = Path(root)
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for bundle, split in entries:
+        if not bundle.scenario_id:
+            bundle = bundle.with_id()
+        if bundle.scenario_id in seen:
+            continue
+        seen.add(bundle.scenario_id)
+        _atomic_write(root / BUNDLES / f"{bundle.scenario_id}.json.gz", bundle_bytes(bundle))
+        rows.append(manifest_row(bundle, split))
+    rows.sort(key=lambda r: r["scenario_id"])
+    manifest = {
+        "cache_format": CACHE_FORMAT_VERSION,
+        "generator": generator,
+        "version": root.name,
+        "lineage": lineage or {"parent": None},
+        "config": config or {},
+        "counts": counts(rows),
+        "scenarios": rows,
+    }
+    reject_rows = list(rejects)
+    if reject_rows:
+        _atomic_write(root / REJECTS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in reject_rows).encode())
+    _atomic_write(root / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    return manifest
+
+
+def latest_version(base: Path = DEFAULT_ROOT) -> Path:
+    """The newest ``vN`` folder under ``base`` (the default cache the runtime serves)."""
+    versions = []
+    for child in Path(base).glob("v*"):
+        match = re.fullmatch(r"v(\d+)", child.name)
+        if match and (child / MANIFEST).exists():
+            versions.append((int(match.group(1)), child))
+    if not versions:
+        raise CacheError(f"no cache version (vN/{MANIFEST}) under {base}")
+    return max(versions)[1]
+
+
+@dataclass
+class ScenarioCache:
+    """Read access to one cache version, verifying every entry it returns."""
+
+    root: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, root: str | Path | None = None) -> "ScenarioCache":
+        root = Path(root) if root is not None else latest_version()
+        path = root / MANIFEST
+        try:
+            manifest = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise CacheError(f"{root} is not a scenario cache (no {MANIFEST})") from None
+        except (OSError, ValueError) as exc:
+            raise CacheError(f"cannot read {path}: {exc}") from None
+        if manifest.get("cache_format") != CACHE_FORMAT_VERSION:
+            raise CacheError(
+                f"{path}: cache format {manifest.get('cache_format')!r}, this code reads {CACHE_FORMAT_VERSION}"
+            )
+        return cls(root=root, manifest=manifest)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self.manifest.get("scenarios", []))
+
+    def ids(self, **filters: Any) -> list[str]:
+        """Scenario ids whose manifest row matches every ``key=value`` filter (``None`` = any)."""
+        out = []
+        for row in self.rows:
+            if all(v is None or str(row.get(k)) == str(v) for k, v in filters.items()):
+                out.append(row["scenario_id"])
+        return out
+
+    def row(self, scenario_id: str) -> dict[str, Any]:
+        for row in self.rows:
+            if row["scenario_id"] == scenario_id:
+                return row
+        raise KeyError(f"no scenario {scenario_id!r} in {self.root}")
+
+    def resolve(self, prefix: str) -> str:
+        """The unique scenario id starting with ``prefix`` (like git's short hashes)."""
+        matches = [r["scenario_id"] for r in self.rows if r["scenario_id"].startswith(prefix)]
+        if len(matches) != 1:
+            raise KeyError(f"{prefix!r} matches {len(matches)} scenarios in {self.root}")
+        return matches[0]
+
+    def load(self, scenario_id: str) -> Bundle:
+        """The verified bundle, or :class:`CorruptEntryError` saying what is wrong with it."""
+        row = self.row(scenario_id)
+        path = self.root / BUNDLES / f"{scenario_id}.json.gz"
+        try:
+            raw = gzip.decompress(path.read_bytes())
+            bundle = Bundle.model_validate_json(raw)
+        except FileNotFoundError:
+            raise CorruptEntryError(scenario_id, f"bundle file {path.name} is missing") from None
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise CorruptEntryError(scenario_id, f"bundle file is not valid gzip ({exc})") from None
+        except (ValidationError, ValueError) as exc:
+            raise CorruptEntryError(scenario_id, f"bundle does not validate: {str(exc).splitlines()[0]}") from None
+        digest = bundle.content_hash()
+        if digest != row.get("sha256") or digest[:ID_LENGTH] != scenario_id or bundle.scenario_id != scenario_id:
+            raise CorruptEntryError(scenario_id, "content hash mismatch: the bundle was modified after it was cached")
+        return bundle
+
+    def __iter__(self) -> Iterator[Bundle]:
+        for scenario_id in self.ids():
+            try:
+                yield self.load(scenario_id)
+            except CorruptEntryError as exc:
+                self.problems.append(str(exc))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def split_of(self, scenario_id: str) -> str:
+        return self.row(scenario_id)["split"]

@@ -1,0 +1,44 @@
+"""``python -m envcore bench ...``: commands that print measured figures (never timed assertions)."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import os
+
+from envcore.cli.progress import progress_bar
+from envcore.factory.build import build, default_workers
+from envcore.factory.config import FactoryConfig
+
+
+def register(groups: argparse._SubParsersAction) -> None:
+    bench = groups.add_parser("bench", help="print performance figures",
+                              description="Benchmarks: each prints the figures it measured on this machine.")
+    cmds = bench.add_subparsers(dest="command", metavar="<command>", required=True)
+    p = cmds.add_parser("factory", help="verified scenarios per second and reject share",
+                        description="Build N seeds from the default config (nothing is written) and print verified "
+                        "scenarios per second, the share of rejected seeds and the number of distinct hashes. "
+                        "Runs with one worker and with --workers side by side.")
+    p.add_argument("--n", type=int, default=300, help="seeds to build (default 300)")
+    p.add_argument("--seed", type=int, default=10_000, help="first seed (default 10000)")
+    p.add_argument("--workers", type=int, default=default_workers(), help="workers for the parallel run")
+    p.add_argument("--config", help="factory config YAML")
+    p.set_defaults(func=cmd_factory)
+
+
+def cmd_factory(args: argparse.Namespace) -> int:
+    config = FactoryConfig.load(args.config)
+    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()}")
+    results = {}
+    for workers in sorted({1, args.workers}):
+        with progress_bar(args.n, f"{workers} worker(s)") as update:
+            report = build(config, range(args.seed, args.seed + args.n), workers=workers, progress=update)
+        hashes = {b.scenario_id for b, _ in report.accepted}
+        results[workers] = report
+        print(f"workers={workers}: {len(report.accepted)}/{report.seeds} verified in {report.elapsed_s:.2f}s = "
+              f"{report.verified_per_s:.1f} verified scenarios/s; rejects {report.reject_share:.1%}; "
+              f"distinct hashes {len(hashes)}")
+    if len(results) == 2:
+        one, many = results[1], results[args.workers]
+        print(f"speed-up with {args.workers} workers: {many.verified_per_s / one.verified_per_s:.2f}x")
+    return 0

@@ -1,0 +1,205 @@
+"""``python -m envcore factory ...``: build, check, import, show and summarise scenario caches."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from envcore.cache import CacheError, CorruptEntryError, ScenarioCache, write_cache
+from envcore.cli.progress import progress_bar
+from envcore.factory.build import build, default_workers
+from envcore.factory.byo import ImportProblem, export_bundle_dir, load_bundle_dir
+from envcore.factory.check import check_scenario
+from envcore.factory.config import FactoryConfig
+from envcore.factory.jobs import FactoryJob
+from envcore.scenario.probes import ProbeKind, describe_fact
+from envcore.version import GENERATOR_VERSION
+
+
+def register(groups: argparse._SubParsersAction) -> None:
+    factory = groups.add_parser(
+        "factory",
+        help="build, check, import and inspect scenario caches",
+        description="The scenario factory: author ScenarioSpecs, plant A01 bugs with traps, compile bundles, "
+        "prove each one valid, and write a versioned cache.",
+    )
+    cmds = factory.add_subparsers(dest="command", metavar="<command>", required=True)
+
+    p = cmds.add_parser("build", help="generate, verify and cache scenarios",
+                        description="Author one scenario per seed (S, S+1, ... S+N-1), compile it, run the scenario "
+                        "check, and write the verified ones to a cache folder. Rejected seeds go to rejects.jsonl.")
+    p.add_argument("--n", type=int, required=True, help="number of seeds to try")
+    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--out", type=Path, required=True, help="cache folder to write, e.g. artifacts/scenarios/v2")
+    p.add_argument("--config", type=Path, help="factory config YAML (default: built-in defaults)")
+    p.add_argument("--job", type=Path, help="a factory job file (config changes merged over --config)")
+    p.add_argument("--workers", type=int, default=default_workers(), help="worker processes (default: CPU count)")
+    p.set_defaults(func=cmd_build)
+
+    p = cmds.add_parser("check", help="verify every entry of a cache (hashes and the scenario check)",
+                        description="Verify a cache folder: every bundle must match its content hash and pass the "
+                        "scenario check again. Exits 1 if any entry is corrupt or invalid.")
+    p.add_argument("cache", type=Path, nargs="?", help="cache folder (default: the newest shipped cache)")
+    p.add_argument("--quick", action="store_true", help="check hashes only, do not run the apps")
+    p.add_argument("--limit", type=int, help="check only the first N entries")
+    p.set_defaults(func=cmd_check)
+
+    p = cmds.add_parser("import", help="import a hand-written scenario folder into a cache",
+                        description="Read a scenario folder (scenario.yaml, probes.yaml, app/, fix.diff; see "
+                        "docs/bundle-format.md), run the scenario check, and add it to a cache if it passes.")
+    p.add_argument("folder", type=Path, help="the scenario folder")
+    p.add_argument("--out", type=Path, required=True, help="cache folder to add it to (created if missing)")
+    p.add_argument("--split", default="test", help="split to file it under (default: test)")
+    p.add_argument("--allow-no-fix", action="store_true", help="accept a scenario without fix.diff")
+    p.set_defaults(func=cmd_import)
+
+    p = cmds.add_parser("show", help="show one cached scenario",
+                        description="Print a scenario's task, policy, users, probes and files. HASH may be a prefix.")
+    p.add_argument("hash", help="scenario id (or a unique prefix)")
+    p.add_argument("--cache", type=Path, help="cache folder (default: the newest shipped cache)")
+    p.add_argument("--files", action="store_true", help="print the app's source files")
+    p.add_argument("--fix", action="store_true", help="print the reference fix")
+    p.add_argument("--json", action="store_true", help="print the whole bundle as JSON")
+    p.add_argument("--export", type=Path, metavar="DIR", help="write the scenario as an editable folder")
+    p.set_defaults(func=cmd_show)
+
+    p = cmds.add_parser("stats", help="counts of a cache by split, bug class, tier, domain and style")
+    p.add_argument("cache", type=Path, nargs="?", help="cache folder (default: the newest shipped cache)")
+    p.set_defaults(func=cmd_stats)
+
+
+def _open(path: Path | None) -> ScenarioCache:
+    try:
+        return ScenarioCache.open(path)
+    except CacheError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    if args.n < 1:
+        raise SystemExit("error: --n must be at least 1")
+    config = FactoryConfig.load(args.config)
+    lineage: dict = {"parent": None}
+    if args.job:
+        job = FactoryJob.load(args.job)
+        config = config.merged(job.config)
+        lineage = {"parent": job.parent, "job": str(args.job), "analysis": job.analysis, "reason": job.reason}
+    seeds = range(args.seed, args.seed + args.n)
+    with progress_bar(args.n, "building") as update:
+        report = build(config, seeds, workers=args.workers, progress=update)
+    manifest = write_cache(
+        args.out,
+        report.accepted,
+        generator=GENERATOR_VERSION,
+        config={"seed": args.seed, "n": args.n, **config.model_dump(mode="json")},
+        lineage=lineage,
+        rejects=report.rejects,
+    )
+    total = manifest["counts"]["total"]["scenarios"]
+    print(f"{len(report.accepted)} verified of {report.seeds} seeds ({report.reject_share:.1%} rejected) "
+          f"in {report.elapsed_s:.1f}s with {report.workers} workers: {report.verified_per_s:.1f} verified/s")
+    print(f"wrote {total} scenarios to {args.out}")
+    for row in report.rejects[:5]:
+        print(f"  rejected seed {row['seed']} at {row['stage']}: {row['reason'][:200]}", file=sys.stderr)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    cache = _open(args.cache)
+    ids = cache.ids()[: args.limit] if args.limit else cache.ids()
+    bad = 0
+    with progress_bar(len(ids), "checking") as update:
+        for i, scenario_id in enumerate(ids, 1):
+            try:
+                bundle = cache.load(scenario_id)
+            except CorruptEntryError as exc:
+                bad += 1
+                print(f"CORRUPT {exc}")
+                update(i)
+                continue
+            if not args.quick:
+                report = check_scenario(bundle, fail_fast=False)
+                if not report.ok:
+                    bad += 1
+                    print(report.summary())
+            update(i)
+    print(f"{len(ids) - bad} of {len(ids)} scenarios valid in {cache.root}")
+    return 1 if bad else 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    try:
+        bundle = load_bundle_dir(args.folder, require_fix=not args.allow_no_fix)
+    except ImportProblem as exc:
+        print(f"cannot import {args.folder}:\n" + "\n".join(f"  - {line}" for line in str(exc).splitlines()))
+        return 1
+    report = check_scenario(bundle, fail_fast=False)
+    if not report.ok:
+        print(f"{args.folder} fails the scenario check:\n" + "\n".join(f"  - {p}" for p in report.problems))
+        return 1
+    entries = []
+    generator = "import"
+    if (args.out / "manifest.json").exists():
+        existing = _open(args.out)
+        generator = existing.manifest.get("generator", generator)
+        entries = [(b, existing.split_of(b.scenario_id)) for b in existing]
+    entries.append((bundle, args.split))
+    write_cache(args.out, entries, generator=generator)
+    if not bundle.reference_fix:
+        print("warning: no fix.diff, so nothing proves this scenario can be fixed")
+    print(f"imported {bundle.scenario_id} ({bundle.title}) into {args.out} [{args.split}]")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    cache = _open(args.cache)
+    try:
+        bundle = cache.load(cache.resolve(args.hash))
+    except (KeyError, CorruptEntryError) as exc:
+        raise SystemExit(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}") from None
+    if args.export:
+        export_bundle_dir(bundle, args.export)
+        print(f"wrote {args.export}")
+        return 0
+    if args.json:
+        print(bundle.model_dump_json(indent=1))
+        return 0
+    row = cache.row(bundle.scenario_id)
+    print(f"{bundle.scenario_id}  {bundle.title}")
+    print(f"  split {row['split']} | tier {bundle.tier} | {bundle.bug_class} ({', '.join(bundle.cwe)}) / "
+          f"{bundle.variant} | style {bundle.code_style} | traps {[t.kind for t in bundle.traps] or '-'}")
+    print(f"  sites: {', '.join(f'{s.method} {s.path}' for s in bundle.sites)}")
+    print(f"\nTask\n  {bundle.task}\n\nPolicy\n" + "\n".join(f"  {line}" for line in bundle.policy_text.splitlines()))
+    print("\nUsers")
+    for u in bundle.users:
+        print(f"  {u.username:<22} {u.role:<8} id={u.user_id:<14} tenant={u.tenant or '-'}")
+    print("\nProbes")
+    for p in bundle.probes:
+        vis = "visible" if p.visible else "hidden"
+        print(f"  {p.id:<8} {p.kind.value:<10} {vis:<7} {p.title}")
+        for s in p.steps:
+            facts = "; ".join(describe_fact(f) for f in s.expect) or "any response"
+            print(f"           {s.actor or 'anonymous'}: {s.method} {s.path} -> {facts}")
+    print("\nFiles\n" + "\n".join(f"  {path} ({text.count(chr(10))} lines)" for path, text in bundle.files.items()))
+    counts = {k.value: len(bundle.probes_of(k)) for k in ProbeKind}
+    print(f"\n{counts} probes, reference fix {bundle.metrics.fix_lines} lines in {bundle.metrics.fix_files} file(s)")
+    if args.files:
+        for path, text in bundle.files.items():
+            print(f"\n===== {path} =====\n{text}")
+    if args.fix:
+        print("\n===== reference fix =====\n" + bundle.reference_fix)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    cache = _open(args.cache)
+    m = cache.manifest
+    print(f"{cache.root}: {len(cache)} scenarios, generator {m.get('generator')}, lineage {m.get('lineage')}")
+    for key, table in m["counts"].items():
+        if key == "total":
+            continue
+        print(f"\nby {key}")
+        for name, n in table.items():
+            print(f"  {name:<36} {n:>5}")
+    return 0

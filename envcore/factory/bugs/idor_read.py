@@ -1,0 +1,70 @@
+"""IDOR read (CWE-639): a record is served to anyone who knows its id.
+
+The detail route loads the record by the id in the URL and returns it without asking whether the
+caller may see it. Subtle variants keep a check that logs or swallows the failure instead of refusing.
+"""
+
+from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, denied, drop, step
+
+
+def _check_logged(names, secure):
+    return [
+        "if not can_read(user, record):",
+        f'    logger.warning("user %s opened {names.s} %s they do not own", user["id"], {names.id})',
+    ]
+
+
+def _check_swallowed(names, secure):
+    return [
+        "try:",
+        "    if not can_read(user, record):",
+        f'        raise PermissionError("not allowed to view this {names.s}")',
+        "except PermissionError:",
+        '    logger.info("ownership check failed; serving the read-only view")',
+    ]
+
+
+def _probes(*sites: str):
+    def build(ctx: ProbeContext):
+        record = ctx.record("read")
+        leaks = (ctx.title(record), *ctx.secrets(record))
+        out = []
+        if "detail" in sites:
+            out.append(
+                ctx.security(
+                    f"another user cannot read the victim's {ctx.names.s} by id",
+                    [step(ctx.who("attacker"), "GET", ctx.detail(record), *denied(*leaks))],
+                    "detail",
+                )
+            )
+        if "legacy" in sites:
+            out.append(
+                ctx.security(
+                    f"another user cannot read the victim's {ctx.names.s} through the v1 alias",
+                    [step(ctx.who("attacker"), "GET", ctx.detail(record, legacy=True), *denied(*leaks))],
+                    "legacy",
+                )
+            )
+        return out
+
+    return build
+
+
+BUG = BugClass(
+    name="idor_read",
+    cwe=("CWE-639",),
+    title="Insecure direct object reference (read)",
+    symptom="users can open records that belong to someone else by changing the id in the URL",
+    variants=(
+        Variant("missing_check", ("detail",), {"detail.check": drop()}, _probes("detail"),
+                description="the detail route has no ownership check"),
+        Variant("logged_not_enforced", ("detail",), {"detail.check": _check_logged}, _probes("detail"),
+                subtle=True, description="the ownership check only logs a warning"),
+        Variant("swallowed_exception", ("detail",), {"detail.check": _check_swallowed}, _probes("detail"),
+                subtle=True, description="the ownership check raises and then catches its own exception"),
+        Variant("missing_check_with_alias", ("detail", "legacy"),
+                {"detail.check": drop(), "legacy.check": drop()}, _probes("detail", "legacy"),
+                features=("legacy_alias",), site_keys={"detail": ("detail.check",), "legacy": ("legacy.check",)},
+                description="neither the detail route nor its v1 alias checks ownership"),
+    ),
+)

@@ -1,0 +1,122 @@
+"""The factory pipeline: seeds -> drafts -> specs -> bundles -> checked -> cache.
+
+Every seed is authored, compiled and checked independently, so the work spreads over a process pool
+(one in-process runner per worker, forked from a parent that has already imported FastAPI). A seed
+whose scenario fails the check is not an error: it becomes a *reject* row with the stage and reason,
+written next to the cache, and counted in the build report.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from envcore.factory.check import check_scenario
+from envcore.factory.compiler import compile_spec
+from envcore.factory.config import FactoryConfig
+from envcore.factory.draft import DraftError
+from envcore.factory.template_author import author_spec
+from envcore.runner.inprocess import InProcessRunner
+from envcore.scenario.bundle import Bundle
+
+
+@dataclass
+class BuildReport:
+    """What a build produced."""
+
+    accepted: list[tuple[Bundle, str]] = field(default_factory=list)
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    seeds: int = 0
+    elapsed_s: float = 0.0
+    workers: int = 1
+
+    @property
+    def verified_per_s(self) -> float:
+        return len(self.accepted) / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def reject_share(self) -> float:
+        return len(self.rejects) / self.seeds if self.seeds else 0.0
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(config_json: str) -> None:
+    _WORKER["config"] = FactoryConfig.model_validate_json(config_json)
+    _WORKER["runner"] = InProcessRunner()
+
+
+def build_seed(config: FactoryConfig, seed: int, runner: InProcessRunner) -> tuple[Bundle | None, dict | None]:
+    """Author, compile and check one seed; return (bundle, None) or (None, reject row)."""
+    stage = "author"
+    try:
+        spec = author_spec(config, seed)
+        stage = "compile"
+        bundle = compile_spec(spec)
+        stage = "check"
+        report = check_scenario(bundle, runner)
+    except (DraftError, ValueError) as exc:
+        return None, {"seed": seed, "stage": stage, "reason": str(exc)}
+    if not report.ok:
+        return None, {
+            "seed": seed,
+            "stage": "check",
+            "scenario_id": bundle.scenario_id,
+            "bug_class": bundle.bug_class,
+            "variant": bundle.variant,
+            "reason": "; ".join(report.problems),
+        }
+    return bundle, None
+
+
+def _work(seed: int) -> tuple[str | None, dict | None]:
+    bundle, reject = build_seed(_WORKER["config"], seed, _WORKER["runner"])
+    return (bundle.model_dump_json() if bundle else None), reject
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def build(
+    config: FactoryConfig,
+    seeds: Iterable[int],
+    *,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> BuildReport:
+    """Build every seed; ``progress`` is called with the number of seeds finished so far."""
+    seeds = list(seeds)
+    workers = workers or default_workers()
+    report = BuildReport(seeds=len(seeds), workers=workers)
+    started = time.perf_counter()
+    done = 0
+
+    def collect(bundle: Bundle | None, reject: dict | None) -> None:
+        nonlocal done
+        done += 1
+        if bundle is not None:
+            report.accepted.append((bundle, config.split_of(bundle.domain)))
+        if reject is not None:
+            report.rejects.append(reject)
+        if progress:
+            progress(done)
+
+    if workers == 1:
+        runner = InProcessRunner()
+        try:
+            for seed in seeds:
+                collect(*build_seed(config, seed, runner))
+        finally:
+            runner.close()
+    else:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(config.model_dump_json(),)) as pool:
+            for raw, reject in pool.imap(_work, seeds, chunksize=4):
+                collect(Bundle.model_validate_json(raw) if raw else None, reject)
+    report.elapsed_s = time.perf_counter() - started
+    return report

@@ -1,0 +1,200 @@
+"""The scenario check: prove a bundle is a valid benchmark item before it is cached.
+
+Like Gymnasium's ``check_env``, it is a list of small ``check_*`` functions. Each returns the
+problems it found as plain sentences; :func:`check_scenario` runs them all and returns a
+:class:`CheckReport`. A bundle is valid only when every check passes:
+
+* **structure**: probe ids unique, actors are seeded users, security probes hidden, at least one
+  visible probe, every trap backed by a trap probe, a non-empty reference fix;
+* **vulnerable**: the app as shipped loads, every regression, trap and visible probe passes, and every
+  security probe fails (so an empty patch passes no security probe);
+* **reference**: with the reference fix applied, every probe passes;
+* **lazy fixes**: deny-all, deny-the-vulnerable-routes and delete-the-vulnerable-routes each fail at
+  least one regression or trap probe;
+* **partial fixes** (multi-site variants): fixing one site alone still fails that other site's
+  security probes;
+* **determinism** (bundles with a spec): compiling the spec again gives the same bytes.
+
+All app execution goes through the :class:`~envcore.runner.base.ProbeRunner` interface, so the same
+check runs on the in-process backend here and on the sandboxed backend later.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from envcore.factory.bugs import get_bug_class
+from envcore.factory.codegen import render_app
+from envcore.factory.compiler import compile_spec
+from envcore.factory.lazy_fixes import LAZY_FIXES, lazy_fix_files
+from envcore.patching import PatchError, apply_patch
+from envcore.runner.base import AppSource, ProbeRunner
+from envcore.runner.inprocess import InProcessRunner
+from envcore.scenario.bundle import Bundle
+from envcore.scenario.probes import ProbeKind
+
+
+@dataclass
+class CheckReport:
+    """The verdict on one bundle, with every problem found and the time each check took."""
+
+    scenario_id: str
+    problems: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"{self.scenario_id}: ok ({sum(self.timings.values()) * 1000:.0f} ms)"
+        return f"{self.scenario_id}: INVALID\n" + "\n".join(f"  - {p}" for p in self.problems)
+
+
+def _tokens(bundle: Bundle) -> dict[str, str]:
+    return {u.username: u.token for u in bundle.users}
+
+
+def check_structure(bundle: Bundle, runner: ProbeRunner | None = None) -> list[str]:
+    problems = []
+    ids = [p.id for p in bundle.probes]
+    if len(set(ids)) != len(ids):
+        problems.append("probe ids are not unique")
+    users = {u.username for u in bundle.users}
+    for probe in bundle.probes:
+        for step in probe.steps:
+            if step.actor is not None and step.actor not in users:
+                problems.append(f"probe {probe.id} acts as unknown user {step.actor!r}")
+        if probe.kind == ProbeKind.SECURITY and probe.visible:
+            problems.append(f"security probe {probe.id} is visible (it would reveal the answer)")
+    if not bundle.probes_of(ProbeKind.SECURITY):
+        problems.append("no security probe")
+    if not bundle.visible_probes:
+        problems.append("no visible probe for the agent to run")
+    backed = {p.trap for p in bundle.probes_of(ProbeKind.TRAP)}
+    for trap in bundle.traps:
+        if trap.kind != "second_site" and trap.kind not in backed:
+            problems.append(f"trap {trap.kind} has no trap probe")
+    if any(t.kind == "second_site" for t in bundle.traps):
+        covered = {s for p in bundle.probes_of(ProbeKind.SECURITY) for s in p.sites}
+        if len(covered) < 2:
+            problems.append("second_site trap but security probes cover fewer than two sites")
+    if not bundle.reference_fix.strip() and bundle.generator != "import":
+        problems.append("empty reference fix")
+    if bundle.scenario_id and bundle.scenario_id != bundle.content_hash()[: len(bundle.scenario_id)]:
+        problems.append("scenario id does not match the content hash")
+    return problems
+
+
+def check_vulnerable(bundle: Bundle, runner: ProbeRunner) -> list[str]:
+    report = runner.run(AppSource(bundle.files, bundle.entrypoint), bundle.probes, _tokens(bundle))
+    if not report.loaded:
+        return [f"the vulnerable app does not load: {report.load_error}"]
+    problems = []
+    for outcome in report.outcomes:
+        if outcome.kind == ProbeKind.SECURITY and outcome.passed:
+            problems.append(f"security probe {outcome.probe_id} already passes on the vulnerable app (not exploitable)")
+        if outcome.kind != ProbeKind.SECURITY and not outcome.passed:
+            problems.append(
+                f"{outcome.kind.value} probe {outcome.probe_id} fails on the vulnerable app: {outcome.failures[:2]}"
+            )
+    return problems
+
+
+def check_reference(bundle: Bundle, runner: ProbeRunner) -> list[str]:
+    if not bundle.reference_fix.strip():
+        return []  # an imported scenario may come without a fix; the import command says so
+    try:
+        fixed = apply_patch(bundle.files, bundle.reference_fix)
+    except PatchError as exc:
+        return [f"the reference fix does not apply: {exc}"]
+    report = runner.run(AppSource(fixed, bundle.entrypoint), bundle.probes, _tokens(bundle))
+    if not report.loaded:
+        return [f"the fixed app does not load: {report.load_error}"]
+    return [
+        f"{o.kind.value} probe {o.probe_id} fails with the reference fix: {o.failures[:2]}"
+        for o in report.outcomes
+        if not o.passed
+    ]
+
+
+def check_lazy_fixes(bundle: Bundle, runner: ProbeRunner) -> list[str]:
+    guards = [p for p in bundle.probes if p.kind != ProbeKind.SECURITY]
+    paths = [s.path for s in bundle.sites]
+    problems = []
+    for kind in LAZY_FIXES:
+        files = lazy_fix_files(bundle.files, bundle.entrypoint, kind, paths)
+        report = runner.run(AppSource(files, bundle.entrypoint), guards, _tokens(bundle), stop_on_failure=True)
+        if report.loaded and all(o.passed for o in report.outcomes):
+            problems.append(f"the lazy fix {kind!r} passes every regression and trap probe")
+    return problems
+
+
+def check_partial_fixes(bundle: Bundle, runner: ProbeRunner) -> list[str]:
+    if bundle.spec is None or len(bundle.sites) < 2:
+        return []
+    variant = get_bug_class(bundle.bug_class).variant(bundle.variant)
+    if not variant.site_keys:
+        return []
+    security = bundle.probes_of(ProbeKind.SECURITY)
+    problems = []
+    for fixed_site in variant.sites:
+        still_open = tuple(s for s in variant.sites if s != fixed_site)
+        app = render_app(bundle.spec, variant.mutations_for(still_open))
+        report = runner.run(AppSource(app.files, app.entrypoint), security, _tokens(bundle))
+        if not report.loaded:
+            problems.append(f"fixing only {fixed_site} breaks the app: {report.load_error}")
+            continue
+        by_id = {o.probe_id: o.passed for o in report.outcomes}
+        for probe in security:
+            expect_pass = fixed_site in probe.sites and not set(probe.sites) & set(still_open)
+            if by_id[probe.id] != expect_pass:
+                state = "passes" if by_id[probe.id] else "fails"
+                problems.append(f"fixing only {fixed_site}: security probe {probe.id} unexpectedly {state}")
+    return problems
+
+
+def check_determinism(bundle: Bundle, runner: ProbeRunner | None = None) -> list[str]:
+    if bundle.spec is None:
+        return []
+    again = compile_spec(bundle.spec)
+    if again.canonical_json() != bundle.canonical_json():
+        return ["compiling the spec again gives different bytes (non-deterministic generator or stale bundle)"]
+    return []
+
+
+CHECKS: tuple[tuple[str, Callable[[Bundle, ProbeRunner], list[str]]], ...] = (
+    ("structure", check_structure),
+    ("vulnerable", check_vulnerable),
+    ("reference", check_reference),
+    ("lazy_fixes", check_lazy_fixes),
+    ("partial_fixes", check_partial_fixes),
+    ("determinism", check_determinism),
+)
+
+
+def check_scenario(bundle: Bundle, runner: ProbeRunner | None = None, *, fail_fast: bool = True) -> CheckReport:
+    """Run every check on ``bundle``; with ``fail_fast`` stop after the first check that fails."""
+    runner = runner or _default_runner()
+    report = CheckReport(scenario_id=bundle.scenario_id or bundle.content_hash()[:16])
+    for name, check in CHECKS:
+        started = time.perf_counter()
+        problems = check(bundle, runner)
+        report.timings[name] = time.perf_counter() - started
+        report.problems += [f"[{name}] {p}" for p in problems]
+        if problems and fail_fast:
+            break
+    return report
+
+
+_RUNNER: InProcessRunner | None = None
+
+
+def _default_runner() -> InProcessRunner:
+    global _RUNNER
+    if _RUNNER is None:
+        _RUNNER = InProcessRunner()
+    return _RUNNER

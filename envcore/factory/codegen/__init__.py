@@ -1,0 +1,70 @@
+"""Render a ScenarioSpec into FastAPI source files, with or without planted flaws.
+
+``render_app(spec, flaws)`` is the only entry point: ``flaws`` maps code-site keys to mutations
+(from the bug-class registry). Rendering is a pure function of its inputs, so the same spec always
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from envcore.factory.codegen.layout import render_package, render_single
+from envcore.factory.codegen.names import Names
+from envcore.factory.codegen.parts import (
+    AppParts,
+    Mutation,
+    Route,
+    Sites,
+    config_lines,
+    schema_lines,
+    security_lines,
+    store_lines,
+)
+from envcore.factory.codegen.routes import FEATURES, build_routes
+from envcore.scenario.spec import ScenarioSpec
+
+__all__ = ["FEATURES", "Mutation", "Names", "RenderedApp", "render_app"]
+
+
+@dataclass(frozen=True)
+class RenderedApp:
+    files: dict[str, str]
+    entrypoint: str
+    routes: tuple[Route, ...]
+
+
+def _data_files(spec: ScenarioSpec) -> dict[str, str]:
+    files = {"instance/secrets.txt": f"SECRET_KEY={spec.app_secret}\n"}
+    for f in spec.files:
+        files[f"uploads/{spec.user(f.owner).user_id}/{f.name}"] = f.content
+    return files
+
+
+def render_app(spec: ScenarioSpec, flaws: Mapping[str, Mutation] | None = None) -> RenderedApp:
+    names = Names.of(spec)
+    sites = Sites(names, flaws or {})
+    features = tuple(spec.features)
+    routes = build_routes(names, features, sites)
+    schemas, schema_exports = schema_lines(spec, names, sites, "profile" in features)
+    security, security_exports = security_lines(spec, names, sites)
+    store, store_exports = store_lines(spec, names)
+    parts = AppParts(
+        names=names,
+        config=config_lines(spec, names, "files" in features, "redirect" in features),
+        store=store,
+        store_exports=store_exports,
+        schemas=schemas,
+        schema_exports=schema_exports,
+        security=security,
+        security_exports=security_exports,
+        routes=routes,
+        data_files=_data_files(spec),
+    )
+    unused = sites.unused_flaws()
+    if unused:
+        raise ValueError(f"flaws target code sites this app does not have: {sorted(unused)}")
+    render = render_package if spec.style.layout == "package" else render_single
+    files, entrypoint = render(parts, spec.style.auth)
+    return RenderedApp(files=dict(sorted(files.items())), entrypoint=entrypoint, routes=tuple(routes))

@@ -1,0 +1,198 @@
+"""Unified diffs over in-memory file sets: make them, parse them, apply them strictly.
+
+Files are ``{relative path: text}`` mappings. :func:`make_diff` writes git-style diffs (``a/`` and
+``b/`` prefixes, ``/dev/null`` for added and removed files). :func:`apply_patch` applies a diff and
+raises :class:`PatchError` saying which file and hunk failed; it never half-applies. A hunk whose
+line numbers are off is still placed if its context and removed lines match exactly one place in the
+file (agents often miscount lines); fuzzy matching of context is never attempted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+DEV_NULL = "/dev/null"
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+NO_NEWLINE = "\\ No newline at end of file"
+
+
+class PatchError(ValueError):
+    """The diff is malformed or does not apply; the message names the file and hunk."""
+
+
+@dataclass
+class Hunk:
+    old_start: int
+    old_lines: list[str] = field(default_factory=list)
+    new_lines: list[str] = field(default_factory=list)
+    header: str = ""
+
+
+@dataclass
+class FilePatch:
+    old_path: str | None
+    new_path: str | None
+    hunks: list[Hunk] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or "?"
+
+
+def _split(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def make_diff(old: Mapping[str, str], new: Mapping[str, str], context: int = 3) -> str:
+    """A unified diff turning ``old`` into ``new`` (files in sorted path order)."""
+    out: list[str] = []
+    for path in sorted(set(old) | set(new)):
+        a, b = old.get(path), new.get(path)
+        if a == b:
+            continue
+        from_name = f"a/{path}" if a is not None else DEV_NULL
+        to_name = f"b/{path}" if b is not None else DEV_NULL
+        out.append(f"diff --git a/{path} b/{path}\n")
+        lines = list(difflib.unified_diff(_split(a or ""), _split(b or ""), from_name, to_name, n=context))
+        for line in lines:
+            out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE + "\n")
+    return "".join(out)
+
+
+def _strip_prefix(name: str) -> str | None:
+    name = name.split("\t", 1)[0].strip()
+    if name == DEV_NULL:
+        return None
+    if name.startswith(("a/", "b/")):
+        name = name[2:]
+    return name
+
+
+def parse_patch(diff: str) -> list[FilePatch]:
+    """Parse a unified diff into file patches; raises :class:`PatchError` on malformed input."""
+    lines = diff.splitlines(keepends=True)
+    patches: list[FilePatch] = []
+    current: FilePatch | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            current = FilePatch(_strip_prefix(line[4:]), _strip_prefix(lines[i + 1][4:]))
+            patches.append(current)
+            i += 2
+            continue
+        match = _HUNK.match(line)
+        if match:
+            if current is None:
+                raise PatchError(f"line {i + 1}: hunk header before any '---'/'+++' file header")
+            old_count = int(match.group(2)) if match.group(2) is not None else 1
+            new_count = int(match.group(4)) if match.group(4) is not None else 1
+            hunk = Hunk(old_start=int(match.group(1)), header=line.rstrip("\n"))
+            i += 1
+            seen_old = seen_new = 0
+            last_tag = " "
+            while i < len(lines) and (seen_old < old_count or seen_new < new_count):
+                body = lines[i]
+                if body.startswith(NO_NEWLINE):
+                    _mark_no_newline(hunk, last_tag)
+                    i += 1
+                    continue
+                tag, text = body[:1], body[1:]
+                if body in ("\n", "\r\n"):  # an empty context line whose leading space was stripped
+                    tag, text = " ", body
+                if tag == " ":
+                    hunk.old_lines.append(text)
+                    hunk.new_lines.append(text)
+                    seen_old += 1
+                    seen_new += 1
+                elif tag == "-":
+                    hunk.old_lines.append(text)
+                    seen_old += 1
+                elif tag == "+":
+                    hunk.new_lines.append(text)
+                    seen_new += 1
+                else:
+                    raise PatchError(f"line {i + 1}: unexpected {body[:40]!r} inside hunk {hunk.header}")
+                last_tag = tag
+                i += 1
+            if seen_old != old_count or seen_new != new_count:
+                raise PatchError(f"hunk {hunk.header} in {current.path} is truncated")
+            if i < len(lines) and lines[i].startswith(NO_NEWLINE):
+                _mark_no_newline(hunk, last_tag)
+                i += 1
+            current.hunks.append(hunk)
+            continue
+        i += 1  # git headers (diff --git, index, mode lines) and commentary are skipped
+    if not patches:
+        raise PatchError("no file changes found (expected '--- a/path' and '+++ b/path' headers)")
+    for patch in patches:
+        if not patch.hunks and not (patch.old_path is None or patch.new_path is None):
+            raise PatchError(f"{patch.path}: file header without hunks")
+    return patches
+
+
+def _mark_no_newline(hunk: Hunk, last_tag: str) -> None:
+    """Apply a '\\ No newline at end of file' marker to the line just read."""
+    targets = {"-": [hunk.old_lines], "+": [hunk.new_lines], " ": [hunk.old_lines, hunk.new_lines]}[last_tag]
+    for lines in targets:
+        if lines:
+            lines[-1] = lines[-1].rstrip("\n")
+
+
+def _find(haystack: list[str], needle: list[str], hint: int) -> int | None:
+    if not needle:
+        return min(max(hint, 0), len(haystack))
+    if haystack[hint : hint + len(needle)] == needle:
+        return hint
+    spots = [i for i in range(len(haystack) - len(needle) + 1) if haystack[i : i + len(needle)] == needle]
+    return spots[0] if len(spots) == 1 else None
+
+
+def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
+    """Return a new file mapping with ``diff`` applied, or raise :class:`PatchError`."""
+    result = dict(files)
+    for patch in parse_patch(diff):
+        if patch.old_path is None:
+            if patch.new_path in result:
+                raise PatchError(f"{patch.new_path}: diff creates a file that already exists")
+            source: list[str] = []
+        else:
+            if patch.old_path not in result:
+                raise PatchError(f"{patch.old_path}: no such file")
+            source = _split(result[patch.old_path])
+        offset = 0
+        for hunk in patch.hunks:
+            hint = max(hunk.old_start - 1, 0) + offset
+            at = _find(source, hunk.old_lines, hint)
+            if at is None:
+                raise PatchError(
+                    f"{patch.path}: hunk {hunk.header} does not apply (its context and removed lines are not "
+                    "found exactly once)"
+                )
+            source[at : at + len(hunk.old_lines)] = hunk.new_lines
+            offset = at - max(hunk.old_start - 1, 0) + len(hunk.new_lines) - len(hunk.old_lines)
+        text = "".join(source)
+        if patch.new_path is None:
+            del result[patch.old_path]
+        else:
+            if patch.old_path is not None and patch.old_path != patch.new_path:
+                del result[patch.old_path]
+            result[patch.new_path] = text
+    return result
+
+
+def changed_lines(diff: str) -> tuple[int, int]:
+    """(files touched, lines added + removed) of a diff."""
+    patches = parse_patch(diff)
+    lines = sum(
+        sum(1 for _ in h.old_lines) + sum(1 for _ in h.new_lines) - 2 * _common(h) for p in patches for h in p.hunks
+    )
+    return len(patches), lines
+
+
+def _common(hunk: Hunk) -> int:
+    matcher = difflib.SequenceMatcher(a=hunk.old_lines, b=hunk.new_lines, autojunk=False)
+    return sum(block.size for block in matcher.get_matching_blocks())

@@ -1,0 +1,73 @@
+"""The probe-runner interface every backend implements, and the values it returns.
+
+A runner takes an app (files + entrypoint), a list of declarative probes and the seeded users'
+tokens, loads the app once, runs the probes in order and returns one :class:`ProbeOutcome` per probe.
+Grading facts are evaluated by :func:`envcore.scenario.probes.check_fact` in the caller's process;
+a backend only has to move requests in and responses out.
+
+An app that fails to load (syntax error, import error, startup crash) is an ordinary result
+(``load_error`` set, no outcomes): it is the app's fault. Only a failure of the runner itself raises
+:class:`RunnerInfrastructureError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Sequence
+
+from envcore.scenario.probes import Probe, ProbeOutcome
+
+
+class RunnerInfrastructureError(RuntimeError):
+    """The runner could not do its job (not the app's fault); graded as reward ``None``."""
+
+
+@dataclass(frozen=True)
+class AppSource:
+    """An app as files. ``entrypoint`` is ``module.path:attribute`` relative to the root."""
+
+    files: Mapping[str, str]
+    entrypoint: str
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What one run of probes against one app produced."""
+
+    load_error: str | None
+    outcomes: tuple[ProbeOutcome, ...] = ()
+    elapsed_s: float = 0.0
+    requests: int = 0
+    stopped_early: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def loaded(self) -> bool:
+        return self.load_error is None
+
+    def passed(self, probe_id: str) -> bool | None:
+        for outcome in self.outcomes:
+            if outcome.probe_id == probe_id:
+                return outcome.passed
+        return None
+
+
+class ProbeRunner(Protocol):
+    """A backend that runs declarative probes against an app."""
+
+    name: str
+
+    def run(
+        self,
+        source: AppSource,
+        probes: Sequence[Probe],
+        tokens: Mapping[str, str],
+        *,
+        stop_on_failure: bool = False,
+    ) -> RunReport:
+        """Load ``source`` once, run ``probes`` in order, return their outcomes.
+
+        ``tokens`` maps usernames to bearer tokens. With ``stop_on_failure`` the run ends at the
+        first failed probe (the scenario check uses this to reject lazy fixes quickly).
+        """
+        ...

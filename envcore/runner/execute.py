@@ -1,0 +1,64 @@
+"""Turn probes into requests and responses into verdicts, whatever moves the bytes.
+
+Every backend (in-process here, a sandboxed worker later) supplies only a ``send`` coroutine; this
+module builds each request from its probe step, evaluates the step's facts on the response in the
+grading process, and assembles :class:`ProbeOutcome` values.
+"""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable, Mapping, Sequence
+
+from envcore.runner.http import HttpRequest, HttpResponse
+from envcore.scenario.probes import Probe, ProbeOutcome, ProbeStep, StepResult, check_fact
+
+Send = Callable[[HttpRequest], Awaitable[HttpResponse]]
+EXCERPT_CHARS = 300
+
+
+def step_request(step: ProbeStep, tokens: Mapping[str, str]) -> HttpRequest:
+    token = None
+    if step.actor is not None:
+        if step.actor not in tokens:
+            raise KeyError(f"probe actor {step.actor!r} is not a seeded user")
+        token = tokens[step.actor]
+    return HttpRequest.build(
+        step.method, step.path, query=step.query, headers=step.headers, token=token, json_body=step.json_body
+    )
+
+
+def judge(step: ProbeStep, response: HttpResponse) -> StepResult:
+    excerpt = response.body[:EXCERPT_CHARS].decode("utf-8", "replace")
+    if response.status is None:
+        return StepResult(status=None, body_excerpt=excerpt, failures=(f"no response ({response.error})",))
+    failures = []
+    for fact in step.expect:
+        reason = check_fact(fact, response.status, response.headers, response.body)
+        if reason is not None:
+            failures.append(reason)
+    return StepResult(status=response.status, body_excerpt=excerpt, failures=tuple(failures))
+
+
+async def run_probes(
+    send: Send,
+    probes: Sequence[Probe],
+    tokens: Mapping[str, str],
+    *,
+    stop_on_failure: bool = False,
+) -> tuple[list[ProbeOutcome], int, bool]:
+    """Run ``probes`` in order; return (outcomes, requests sent, stopped early)."""
+    outcomes: list[ProbeOutcome] = []
+    sent = 0
+    for probe in probes:
+        results = []
+        for step in probe.steps:
+            response = await send(step_request(step, tokens))
+            sent += 1
+            results.append(judge(step, response))
+        passed = all(not r.failures for r in results)
+        outcomes.append(
+            ProbeOutcome(probe_id=probe.id, kind=probe.kind, visible=probe.visible, passed=passed, steps=tuple(results))
+        )
+        if stop_on_failure and not passed:
+            return outcomes, sent, len(outcomes) < len(probes)
+    return outcomes, sent, False

@@ -1,0 +1,167 @@
+"""Plain HTTP request/response values and the ASGI call that moves them.
+
+Requests are built from probe steps (or, later, agent tool calls) and sent to an ASGI app by
+calling it directly with a hand-built scope: no sockets, no client library, about half a millisecond
+a request. Response bodies are capped so a hostile app cannot exhaust the grader's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+from urllib.parse import unquote, urlencode
+
+MAX_BODY_BYTES = 1_000_000
+"""Response bytes kept per request; the rest is dropped and the response marked truncated."""
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    method: str
+    path: str
+    query: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+
+    @classmethod
+    def build(
+        cls,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        token: str | None = None,
+        json_body: Any = None,
+    ) -> "HttpRequest":
+        hdrs: list[tuple[str, str]] = []
+        if token:
+            hdrs.append(("authorization", f"Bearer {token}"))
+        body = b""
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            hdrs.append(("content-type", "application/json"))
+        hdrs += [(k.lower(), v) for k, v in (headers or {}).items()]
+        return cls(method.upper(), path, tuple((query or {}).items()), tuple(hdrs), body)
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int | None
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    error: str | None = None
+    truncated: bool = False
+
+
+def _scope(request: HttpRequest) -> dict[str, Any]:
+    path, _, inline_query = request.path.partition("?")
+    query = urlencode(list(request.query))
+    if inline_query:
+        query = inline_query + ("&" + query if query else "")
+    headers = [(b"host", b"app.example.test")]
+    headers += [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in request.headers]
+    if request.body:
+        headers.append((b"content-length", str(len(request.body)).encode()))
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": request.method,
+        "scheme": "http",
+        "path": unquote(path),
+        "raw_path": path.encode("latin-1", "replace"),
+        "root_path": "",
+        "query_string": query.encode("latin-1", "replace"),
+        "headers": headers,
+        "client": ("203.0.113.7", 50000),
+        "server": ("app.example.test", 80),
+        "state": {},
+    }
+
+
+async def call_asgi(app: Any, request: HttpRequest) -> HttpResponse:
+    """Send one request to an ASGI app and collect its response."""
+    received = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": request.body, "more_body": False}
+        await asyncio.sleep(3600)  # a well-behaved app never asks twice; a misbehaving one waits
+        return {"type": "http.disconnect"}  # pragma: no cover
+
+    status: int | None = None
+    headers: dict[str, str] = {}
+    chunks: list[bytes] = []
+    size = 0
+    truncated = False
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status, size, truncated
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+            for key, value in message.get("headers", []):
+                headers[key.decode("latin-1").lower()] = value.decode("latin-1")
+        elif message["type"] == "http.response.body":
+            chunk = message.get("body", b"")
+            if size < MAX_BODY_BYTES:
+                chunks.append(chunk[: MAX_BODY_BYTES - size])
+            truncated = truncated or size + len(chunk) > MAX_BODY_BYTES
+            size += len(chunk)
+
+    error = None
+    try:
+        await app(_scope(request), receive, send)
+    except Exception as exc:  # the app's own failure: Starlette has usually sent a 500 already
+        error = f"{type(exc).__name__}: {exc}"
+    return HttpResponse(status, headers, b"".join(chunks), error, truncated)
+
+
+class Lifespan:
+    """Runs an app's ASGI lifespan protocol around a batch of requests."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.task: asyncio.Task | None = None
+        self.supported = True
+
+    async def _receive(self) -> dict[str, Any]:
+        return await self.inbox.get()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self.outbox.put(message)
+
+    async def _wait(self) -> dict[str, Any] | None:
+        getter = asyncio.ensure_future(self.outbox.get())
+        done, _ = await asyncio.wait({getter, self.task}, return_when=asyncio.FIRST_COMPLETED)
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        return None
+
+    async def startup(self) -> str | None:
+        """Return ``None`` on success, or the startup failure message."""
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+        self.task = asyncio.ensure_future(self.app(scope, self._receive, self._send))
+        await self.inbox.put({"type": "lifespan.startup"})
+        message = await self._wait()
+        if message is None:  # the app returned or raised without answering: no lifespan support
+            self.supported = False
+            if not self.task.cancelled():
+                self.task.exception()  # retrieved so asyncio does not log it; not a startup failure
+            return None
+        if message["type"] == "lifespan.startup.failed":
+            return message.get("message") or "startup failed"
+        return None
+
+    async def shutdown(self) -> None:
+        if not self.supported or self.task is None or self.task.done():
+            return
+        await self.inbox.put({"type": "lifespan.shutdown"})
+        await self._wait()

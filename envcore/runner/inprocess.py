@@ -1,0 +1,277 @@
+"""In-process probe runner: the fast backend for trusted code (the factory's own apps).
+
+Each run writes the app's files into the runner's workspace folder (emptied first), imports the
+entrypoint through a private module finder, and sends the probes to the ASGI app directly on one
+reusable event loop. Modules the import creates are removed from ``sys.modules`` afterwards (and
+anything they shadowed is put back), so two apps that both call their package ``app`` never meet.
+
+Speed comes from two caches that do not change behaviour: compiled code objects are kept by
+(path, source hash), because a scenario check loads five variants of one app that share most files;
+and FastAPI's per-endpoint "where is this function defined" lookup, which otherwise re-reads and
+tokenizes source on the first request to every endpoint of every app, is answered from what the
+finder already knows.
+
+This backend offers **no isolation**: code it loads runs with the caller's rights and can hang it.
+It is for generated, trusted apps and for tests; untrusted (agent-patched) code goes through the
+sandboxed backend, which implements the same :class:`~envcore.runner.base.ProbeRunner` interface.
+Not thread-safe: use one runner per thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.abc
+import importlib.util
+import linecache
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+from types import CodeType, ModuleType
+from typing import Any, Mapping, Sequence
+
+from envcore.runner.base import AppSource, RunReport, RunnerInfrastructureError
+from envcore.runner.execute import run_probes
+from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, call_asgi
+from envcore.scenario.probes import Probe
+
+CODE_CACHE_SIZE = 1024
+
+
+class AppLoadError(Exception):
+    """The app could not be imported or started; the message is shown to whoever wrote it."""
+
+
+def materialize(files: Mapping[str, str], root: Path) -> None:
+    """Write ``files`` under ``root``, refusing paths that would escape it."""
+    base = root.resolve()
+    for rel, text in files.items():
+        target = (base / rel).resolve()
+        if rel.startswith("/") or not target.is_relative_to(base) or target == base:
+            raise AppLoadError(f"file path escapes the app folder: {rel!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+class _CodeCache:
+    """Compiled module code by (absolute path, source hash); bounded LRU."""
+
+    def __init__(self, size: int = CODE_CACHE_SIZE) -> None:
+        self.size = size
+        self.entries: OrderedDict[tuple[str, str], CodeType] = OrderedDict()
+
+    def compile(self, source: str, filename: str) -> CodeType:
+        key = (filename, hashlib.sha1(source.encode("utf-8")).hexdigest())
+        code = self.entries.get(key)
+        if code is None:
+            code = compile(source, filename, "exec", dont_inherit=True)
+            self.entries[key] = code
+            if len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+        else:
+            self.entries.move_to_end(key)
+        return code
+
+
+class _AppFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the app's own modules among its files (by dotted name) and loads cached code."""
+
+    def __init__(self, root: Path, files: Mapping[str, str], top: str, cache: _CodeCache) -> None:
+        self.root, self.files, self.top, self.cache = root, files, top, cache
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.top and not fullname.startswith(self.top + "."):
+            return None
+        base = fullname.replace(".", "/")
+        if f"{base}/__init__.py" in self.files:
+            rel, package = f"{base}/__init__.py", True
+        elif f"{base}.py" in self.files:
+            rel, package = f"{base}.py", False
+        else:
+            return None
+        spec = importlib.util.spec_from_loader(fullname, self, origin=str(self.root / rel), is_package=package)
+        spec.has_location = True
+        if package:
+            spec.submodule_search_locations = [str(self.root / base)]
+        spec.loader_state = rel
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        rel = module.__spec__.loader_state
+        filename = str(self.root / rel)
+        module.__file__ = filename
+        code = self.cache.compile(self.files[rel], filename)
+        exec(code, module.__dict__)
+
+    def get_source(self, fullname: str) -> str | None:  # used by linecache for tracebacks
+        base = fullname.replace(".", "/")
+        return self.files.get(f"{base}/__init__.py", self.files.get(f"{base}.py"))
+
+
+def _short_traceback(exc: BaseException, root: Path) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if str(root) in (f.filename or "")]
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" at {os.path.relpath(last.filename, root)}:{last.lineno}"
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" at {os.path.relpath(exc.filename, root)}:{exc.lineno}"
+    return f"{type(exc).__name__}{where}: {exc}"
+
+
+def import_app(root: Path, files: Mapping[str, str], entrypoint: str, cache: _CodeCache | None = None) -> Any:
+    """Import ``module:attr`` of ``files`` (already written under ``root``) without leaving modules behind."""
+    module_name, sep, attr = entrypoint.partition(":")
+    if not sep or not module_name or not attr.isidentifier():
+        raise AppLoadError(f"entrypoint must look like 'module:attribute', got {entrypoint!r}")
+    top = module_name.split(".")[0]
+    owned = lambda name: name == top or name.startswith(top + ".")  # noqa: E731
+    shadowed = {name: mod for name, mod in sys.modules.items() if owned(name)}
+    for name in shadowed:
+        del sys.modules[name]
+    finder = _AppFinder(root, files, top, cache or _CodeCache(size=64))
+    sys.meta_path.insert(0, finder)
+    root_str = str(root)
+    sys.path.insert(0, root_str)  # for anything the app imports that the finder does not own
+    try:
+        module = importlib.import_module(module_name)
+        try:
+            return getattr(module, attr)
+        except AttributeError:
+            raise AppLoadError(f"{module_name} has no attribute {attr!r}") from None
+    except AppLoadError:
+        raise
+    except (Exception, SystemExit) as exc:
+        raise AppLoadError(_short_traceback(exc, root)) from None
+    finally:
+        sys.meta_path.remove(finder)
+        sys.path.remove(root_str)
+        for key in [k for k in sys.path_importer_cache if k.startswith(root_str)]:
+            del sys.path_importer_cache[key]
+        for name in [n for n in sys.modules if owned(n)]:
+            del sys.modules[name]
+        sys.modules.update(shadowed)
+
+
+def _endpoint_context_cache() -> dict | None:
+    """FastAPI's private per-endpoint source-location cache, if this FastAPI has one."""
+    try:
+        import fastapi.routing as routing
+    except ImportError:  # pragma: no cover - FastAPI is a dependency
+        return None
+    cache = getattr(routing, "_endpoint_context_cache", None)
+    return cache if isinstance(cache, dict) else None
+
+
+def _endpoints(app: Any) -> list[Any]:
+    found, stack = [], [getattr(app, "router", None)]
+    while stack:
+        router = stack.pop()
+        for route in getattr(router, "routes", None) or []:
+            if callable(getattr(route, "endpoint", None)):
+                found.append(route.endpoint)
+            inner = getattr(route, "original_router", None) or getattr(route, "app", None)
+            if inner is not None and hasattr(inner, "routes"):
+                stack.append(inner)
+    return found
+
+
+class InProcessRunner:
+    """Runs probes against an app imported into this process (trusted code only)."""
+
+    name = "inprocess"
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._root = Path(tempfile.mkdtemp(prefix="a01-inprocess-"))
+        self._cache = _CodeCache()
+        # Generated apps log refused accesses; keep them out of the grader's stderr.
+        logging.getLogger("app").addHandler(logging.NullHandler())
+        logging.getLogger("app").propagate = False
+
+    def close(self) -> None:
+        self._loop.close()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def __enter__(self) -> "InProcessRunner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _workspace(self) -> Path:
+        work = self._root / "app-root"
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir()
+        return work
+
+    def run(
+        self,
+        source: AppSource,
+        probes: Sequence[Probe],
+        tokens: Mapping[str, str],
+        *,
+        stop_on_failure: bool = False,
+    ) -> RunReport:
+        started = time.perf_counter()
+        try:
+            root = self._workspace()
+        except OSError as exc:  # workspace trouble is ours, not the app's
+            raise RunnerInfrastructureError(f"cannot prepare the app workspace: {exc}") from exc
+        cwd = os.getcwd()
+        endpoints: list[Any] = []
+        context = _endpoint_context_cache()
+        try:
+            materialize(source.files, root)
+            os.chdir(root)
+            app = import_app(root, source.files, source.entrypoint, self._cache)
+            endpoints = _endpoints(app)
+            if context is not None:
+                for fn in endpoints:
+                    code = getattr(fn, "__code__", None)
+                    context[id(fn)] = {"function": getattr(fn, "__name__", "?")} | (
+                        {"file": code.co_filename, "line": code.co_firstlineno} if code else {}
+                    )
+            outcomes, sent, stopped = self._loop.run_until_complete(
+                self._session(app, probes, tokens, stop_on_failure)
+            )
+        except AppLoadError as exc:
+            return RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started)
+        finally:
+            os.chdir(cwd)
+            if context is not None:
+                for fn in endpoints:
+                    context.pop(id(fn), None)
+            for filename in [f for f in linecache.cache if f.startswith(str(root))]:
+                linecache.cache.pop(filename, None)
+        return RunReport(
+            load_error=None,
+            outcomes=tuple(outcomes),
+            elapsed_s=time.perf_counter() - started,
+            requests=sent,
+            stopped_early=stopped,
+        )
+
+    async def _session(self, app: Any, probes, tokens, stop_on_failure):
+        lifespan = Lifespan(app)
+        failure = await lifespan.startup()
+        if failure is not None:
+            raise AppLoadError(f"startup failed: {failure}")
+
+        async def send(request: HttpRequest) -> HttpResponse:
+            return await call_asgi(app, request)
+
+        try:
+            return await run_probes(send, probes, tokens, stop_on_failure=stop_on_failure)
+        finally:
+            await lifespan.shutdown()

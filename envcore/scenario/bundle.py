@@ -1,0 +1,137 @@
+"""The bundle: a compiled, executable scenario, and its content hash.
+
+A bundle holds everything needed to serve and grade one episode: the vulnerable app's files and
+entrypoint, the seeded users with their tokens, the task statement and policy text, the declarative
+probes (visible and hidden) and the reference fix as a unified diff. Generated bundles also carry
+the spec they came from, so a cache entry can be re-derived and compared byte for byte.
+
+The content hash is SHA-256 over the bundle's canonical JSON without the ``scenario_id`` itself; the
+first 16 hex digits are the scenario id and the cache file name. Any edit to any byte of a cached
+bundle changes the hash, which is how the cache detects tampering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envcore.scenario.probes import Probe, ProbeKind
+from envcore.scenario.spec import ScenarioSpec, SiteRef, Trap
+
+BUNDLE_VERSION = 1
+"""Bump when the meaning of a bundle field changes; old caches then fail to load with a clear error."""
+
+ID_LENGTH = 16
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BundleUser(_Model):
+    """A seeded account as the runtime needs it."""
+
+    username: str
+    role: str
+    tenant: str | None = None
+    user_id: str
+    token: str
+
+
+class BundleMetrics(_Model):
+    """Features measured on the compiled app; the tier is derived from them."""
+
+    files: int
+    source_lines: int
+    routes: int
+    sites: int
+    traps: int
+    fix_lines: int
+    """Changed lines (added + removed) in the reference fix."""
+    fix_files: int
+    subtle_variant: bool
+    decoy_routes: int
+    score: float
+    """Weighted difficulty score; see ``envcore.factory.difficulty``."""
+
+
+class Bundle(_Model):
+    """One compiled scenario. ``files`` is the vulnerable app as the agent first sees it."""
+
+    bundle_version: int = BUNDLE_VERSION
+    generator: str
+    """Version of the generator (or ``import``) that produced this bundle."""
+    scenario_id: str = ""
+    title: str
+    domain: str
+    bug_class: str
+    cwe: tuple[str, ...]
+    variant: str
+    code_style: str
+    tier: int = Field(ge=1, le=3)
+    entrypoint: str
+    """``module.path:attribute`` of the ASGI app, relative to the bundle root."""
+    files: dict[str, str]
+    users: tuple[BundleUser, ...]
+    task: str
+    policy_text: str
+    probes: tuple[Probe, ...]
+    reference_fix: str
+    """Unified diff (``a/`` and ``b/`` prefixes) that turns ``files`` into the secure app."""
+    sites: tuple[SiteRef, ...]
+    traps: tuple[Trap, ...] = ()
+    metrics: BundleMetrics
+    spec: ScenarioSpec | None = None
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def canonical_json(self) -> str:
+        """Deterministic JSON of everything but the id (sorted keys, no whitespace)."""
+        data = self.model_dump(mode="json", exclude={"scenario_id"})
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+    def with_id(self) -> "Bundle":
+        return self.model_copy(update={"scenario_id": self.content_hash()[:ID_LENGTH]})
+
+    # -- views ------------------------------------------------------------------------------
+
+    def probes_of(self, kind: ProbeKind | None = None, *, visible: bool | None = None) -> list[Probe]:
+        return [
+            p
+            for p in self.probes
+            if (kind is None or p.kind == kind) and (visible is None or p.visible == visible)
+        ]
+
+    @property
+    def visible_probes(self) -> list[Probe]:
+        return self.probes_of(visible=True)
+
+    def user(self, username: str) -> BundleUser:
+        for candidate in self.users:
+            if candidate.username == username:
+                return candidate
+        raise KeyError(username)
+
+    def summary(self) -> dict[str, Any]:
+        """Manifest row: what the cache index and the scenario browser show."""
+        return {
+            "scenario_id": self.scenario_id,
+            "title": self.title,
+            "domain": self.domain,
+            "bug_class": self.bug_class,
+            "cwe": list(self.cwe),
+            "variant": self.variant,
+            "code_style": self.code_style,
+            "tier": self.tier,
+            "traps": [t.kind for t in self.traps],
+            "probes": {
+                kind.value: len(self.probes_of(kind)) for kind in ProbeKind
+            },
+            "visible_probes": len(self.visible_probes),
+        }
