@@ -9,8 +9,8 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
 * **vulnerable**: the app as shipped loads, every regression, trap and visible probe passes, and every
   security probe fails (so an empty patch passes no security probe);
 * **reference**: with the reference fix applied, every probe passes;
-* **lazy fixes**: deny-all, deny-the-vulnerable-routes and delete-the-vulnerable-routes each fail at
-  least one regression or trap probe;
+* **lazy fixes**: deny-all and delete-the-vulnerable-routes each fail at least one regression or trap
+  probe (deny-the-vulnerable-routes blocks the same routes, so it fails whenever delete does);
 * **partial fixes** (multi-site variants): fixing one site alone still fails that other site's
   security probes;
 * **determinism** (bundles with a spec): compiling the spec again gives the same bytes.
@@ -21,6 +21,7 @@ check runs on the in-process backend here and on the sandboxed backend later.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -28,12 +29,12 @@ from typing import Callable
 from envcore.factory.bugs import get_bug_class
 from envcore.factory.codegen import render_app
 from envcore.factory.compiler import compile_spec
-from envcore.factory.lazy_fixes import LAZY_FIXES, lazy_fix_files
+from envcore.factory.lazy_fixes import path_pattern
 from envcore.patching import PatchError, apply_patch
-from envcore.runner.base import AppSource, ProbeRunner
+from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
 from envcore.runner.inprocess import InProcessRunner
 from envcore.scenario.bundle import Bundle
-from envcore.scenario.probes import ProbeKind
+from envcore.scenario.probes import Probe, ProbeKind
 
 
 @dataclass
@@ -58,7 +59,48 @@ def _tokens(bundle: Bundle) -> dict[str, str]:
     return {u.username: u.token for u in bundle.users}
 
 
-def check_structure(bundle: Bundle, runner: ProbeRunner | None = None) -> list[str]:
+LAZY_GATES = {
+    "deny_all": lambda patterns: Gate(403, None, "deny_all"),
+    "deny_sites": lambda patterns: Gate(403, patterns, "deny_sites"),
+    "delete_sites": lambda patterns: Gate(404, patterns, "delete_sites"),
+}
+"""The lazy fixes of :mod:`envcore.factory.lazy_fixes`, as gates in front of the loaded app (the
+equivalence of the two forms is tested)."""
+
+CHECKED_LAZY_FIXES = ("deny_all", "delete_sites")
+"""``deny_sites`` blocks exactly the routes ``delete_sites`` removes, so every guard probe it fails
+``delete_sites`` fails too; checking it again would only cost time."""
+
+
+class CheckContext:
+    """Runs shared by several checks (the vulnerable app is loaded once for four probe batches)."""
+
+    def __init__(self, bundle: Bundle, runner: ProbeRunner) -> None:
+        self.bundle, self.runner = bundle, runner
+        self._vulnerable: list[RunReport] | None = None
+
+    def guard_probes(self) -> tuple[Probe, ...]:
+        """Regression and trap probes, those touching a vulnerable route first (so lazy fixes fail fast)."""
+        patterns = [re.compile(path_pattern(s.path)) for s in self.bundle.sites]
+        guards = [p for p in self.bundle.probes if p.kind != ProbeKind.SECURITY]
+        touches = lambda p: any(rx.match(st.path.split("?")[0]) for st in p.steps for rx in patterns)  # noqa: E731
+        return tuple(sorted(guards, key=lambda p: not touches(p)))
+
+    @property
+    def vulnerable_runs(self) -> list[RunReport]:
+        """[deny_all, delete_sites, the app as shipped], from one load."""
+        if self._vulnerable is None:
+            patterns = tuple(path_pattern(s.path) for s in self.bundle.sites)
+            guards = self.guard_probes()
+            batches = [Batch(guards, LAZY_GATES[kind](patterns), True) for kind in CHECKED_LAZY_FIXES]
+            batches.append(Batch(tuple(self.bundle.probes)))
+            source = AppSource(self.bundle.files, self.bundle.entrypoint)
+            self._vulnerable = self.runner.run_batches(source, batches, _tokens(self.bundle))
+        return self._vulnerable
+
+
+def check_structure(ctx: CheckContext) -> list[str]:
+    bundle = ctx.bundle
     problems = []
     ids = [p.id for p in bundle.probes]
     if len(set(ids)) != len(ids):
@@ -89,8 +131,8 @@ def check_structure(bundle: Bundle, runner: ProbeRunner | None = None) -> list[s
     return problems
 
 
-def check_vulnerable(bundle: Bundle, runner: ProbeRunner) -> list[str]:
-    report = runner.run(AppSource(bundle.files, bundle.entrypoint), bundle.probes, _tokens(bundle))
+def check_vulnerable(ctx: CheckContext) -> list[str]:
+    report = ctx.vulnerable_runs[-1]
     if not report.loaded:
         return [f"the vulnerable app does not load: {report.load_error}"]
     problems = []
@@ -104,7 +146,8 @@ def check_vulnerable(bundle: Bundle, runner: ProbeRunner) -> list[str]:
     return problems
 
 
-def check_reference(bundle: Bundle, runner: ProbeRunner) -> list[str]:
+def check_reference(ctx: CheckContext) -> list[str]:
+    bundle, runner = ctx.bundle, ctx.runner
     if not bundle.reference_fix.strip():
         return []  # an imported scenario may come without a fix; the import command says so
     try:
@@ -121,19 +164,16 @@ def check_reference(bundle: Bundle, runner: ProbeRunner) -> list[str]:
     ]
 
 
-def check_lazy_fixes(bundle: Bundle, runner: ProbeRunner) -> list[str]:
-    guards = [p for p in bundle.probes if p.kind != ProbeKind.SECURITY]
-    paths = [s.path for s in bundle.sites]
+def check_lazy_fixes(ctx: CheckContext) -> list[str]:
     problems = []
-    for kind in LAZY_FIXES:
-        files = lazy_fix_files(bundle.files, bundle.entrypoint, kind, paths)
-        report = runner.run(AppSource(files, bundle.entrypoint), guards, _tokens(bundle), stop_on_failure=True)
+    for kind, report in zip(CHECKED_LAZY_FIXES, ctx.vulnerable_runs[:-1]):
         if report.loaded and all(o.passed for o in report.outcomes):
             problems.append(f"the lazy fix {kind!r} passes every regression and trap probe")
     return problems
 
 
-def check_partial_fixes(bundle: Bundle, runner: ProbeRunner) -> list[str]:
+def check_partial_fixes(ctx: CheckContext) -> list[str]:
+    bundle, runner = ctx.bundle, ctx.runner
     if bundle.spec is None or len(bundle.sites) < 2:
         return []
     variant = get_bug_class(bundle.bug_class).variant(bundle.variant)
@@ -157,7 +197,8 @@ def check_partial_fixes(bundle: Bundle, runner: ProbeRunner) -> list[str]:
     return problems
 
 
-def check_determinism(bundle: Bundle, runner: ProbeRunner | None = None) -> list[str]:
+def check_determinism(ctx: CheckContext) -> list[str]:
+    bundle = ctx.bundle
     if bundle.spec is None:
         return []
     again = compile_spec(bundle.spec)
@@ -166,7 +207,7 @@ def check_determinism(bundle: Bundle, runner: ProbeRunner | None = None) -> list
     return []
 
 
-CHECKS: tuple[tuple[str, Callable[[Bundle, ProbeRunner], list[str]]], ...] = (
+CHECKS: tuple[tuple[str, Callable[[CheckContext], list[str]]], ...] = (
     ("structure", check_structure),
     ("vulnerable", check_vulnerable),
     ("reference", check_reference),
@@ -176,13 +217,25 @@ CHECKS: tuple[tuple[str, Callable[[Bundle, ProbeRunner], list[str]]], ...] = (
 )
 
 
-def check_scenario(bundle: Bundle, runner: ProbeRunner | None = None, *, fail_fast: bool = True) -> CheckReport:
-    """Run every check on ``bundle``; with ``fail_fast`` stop after the first check that fails."""
-    runner = runner or _default_runner()
+def check_scenario(
+    bundle: Bundle,
+    runner: ProbeRunner | None = None,
+    *,
+    fail_fast: bool = True,
+    skip: tuple[str, ...] = (),
+) -> CheckReport:
+    """Run every check on ``bundle``; with ``fail_fast`` stop after the first check that fails.
+
+    ``skip`` names checks to leave out; the factory skips ``determinism`` for a bundle it compiled
+    from the spec a moment earlier in the same process (the cache check and the tests still run it).
+    """
+    ctx = CheckContext(bundle, runner or _default_runner())
     report = CheckReport(scenario_id=bundle.scenario_id or bundle.content_hash()[:16])
     for name, check in CHECKS:
+        if name in skip:
+            continue
         started = time.perf_counter()
-        problems = check(bundle, runner)
+        problems = check(ctx)
         report.timings[name] = time.perf_counter() - started
         report.problems += [f"[{name}] {p}" for p in problems]
         if problems and fail_fast:

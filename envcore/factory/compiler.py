@@ -29,7 +29,7 @@ SCORE_WEIGHTS = {
     "decoy": 0.15,
     "helper_fix": 0.4,
 }
-TIER_CUTS = (1.55, 2.35)
+TIER_CUTS = (2.45, 3.2)
 
 
 def difficulty_score(metrics: dict, *, package: bool, helper_fix: bool) -> float:

@@ -52,6 +52,27 @@ class RunReport:
         return None
 
 
+@dataclass(frozen=True)
+class Gate:
+    """A declarative front door put before the app for one batch: requests whose path matches one
+    of ``path_patterns`` (regexes; ``None`` means every path) are answered with ``status`` and never
+    reach the app. The scenario check models lazy fixes (deny all, deny or delete the vulnerable
+    routes) as gates so that they can share one loaded app."""
+
+    status: int
+    path_patterns: tuple[str, ...] | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Probes to run, in order, against a freshly loaded copy of the app."""
+
+    probes: tuple[Probe, ...]
+    gate: Gate | None = None
+    stop_on_failure: bool = False
+
+
 class ProbeRunner(Protocol):
     """A backend that runs declarative probes against an app."""
 
@@ -69,5 +90,13 @@ class ProbeRunner(Protocol):
 
         ``tokens`` maps usernames to bearer tokens. With ``stop_on_failure`` the run ends at the
         first failed probe (the scenario check uses this to reject lazy fixes quickly).
+        """
+        ...
+
+    def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
+        """Load ``source`` once and run each batch on its own pristine copy of the app's state.
+
+        Equivalent to one :meth:`run` per batch (with the batch's gate in front of the app), only
+        cheaper: a backend may load once and fork per batch.
         """
         ...

@@ -165,3 +165,22 @@ class Lifespan:
             return
         await self.inbox.put({"type": "lifespan.shutdown"})
         await self._wait()
+
+
+def gate_app(app: Any, status: int, path_patterns: tuple[str, ...] | None) -> Any:
+    """Wrap ``app`` so that matching HTTP requests get ``status`` without reaching it."""
+    import re
+
+    patterns = None if path_patterns is None else [re.compile(p) for p in path_patterns]
+    detail = {403: "forbidden", 404: "Not Found"}.get(status, "refused")
+    body = json.dumps({"detail": detail}).encode()
+
+    async def gated(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and (patterns is None or any(p.match(scope["path"]) for p in patterns)):
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app(scope, receive, send)
+
+    return gated

@@ -20,12 +20,14 @@ Not thread-safe: use one runner per thread.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import importlib.abc
 import importlib.util
 import linecache
 import logging
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -36,9 +38,9 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any, Mapping, Sequence
 
-from envcore.runner.base import AppSource, RunReport, RunnerInfrastructureError
+from envcore.runner.base import AppSource, Batch, RunReport, RunnerInfrastructureError
 from envcore.runner.execute import run_probes
-from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, call_asgi
+from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, call_asgi, gate_app
 from envcore.scenario.probes import Probe
 
 CODE_CACHE_SIZE = 1024
@@ -48,15 +50,20 @@ class AppLoadError(Exception):
     """The app could not be imported or started; the message is shown to whoever wrote it."""
 
 
-def materialize(files: Mapping[str, str], root: Path) -> None:
-    """Write ``files`` under ``root``, refusing paths that would escape it."""
+def materialize(files: Mapping[str, str], root: Path, *, skip_python: bool = False) -> None:
+    """Write ``files`` under ``root``, refusing paths that would escape it.
+
+    With ``skip_python`` the ``.py`` files are left out (the module finder serves them from memory),
+    but their folders are still created so ``Path(__file__).parent`` exists.
+    """
     base = root.resolve()
     for rel, text in files.items():
         target = (base / rel).resolve()
         if rel.startswith("/") or not target.is_relative_to(base) or target == base:
             raise AppLoadError(f"file path escapes the app folder: {rel!r}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        if not (skip_python and rel.endswith(".py")):
+            target.write_text(text, encoding="utf-8")
 
 
 class _CodeCache:
@@ -134,10 +141,10 @@ def import_app(root: Path, files: Mapping[str, str], entrypoint: str, cache: _Co
     if not sep or not module_name or not attr.isidentifier():
         raise AppLoadError(f"entrypoint must look like 'module:attribute', got {entrypoint!r}")
     top = module_name.split(".")[0]
-    owned = lambda name: name == top or name.startswith(top + ".")  # noqa: E731
-    shadowed = {name: mod for name, mod in sys.modules.items() if owned(name)}
+    shadowed = {name: mod for name, mod in sys.modules.items() if name == top or name.startswith(top + ".")}
     for name in shadowed:
         del sys.modules[name]
+    before = set(sys.modules)
     finder = _AppFinder(root, files, top, cache or _CodeCache(size=64))
     sys.meta_path.insert(0, finder)
     root_str = str(root)
@@ -157,8 +164,10 @@ def import_app(root: Path, files: Mapping[str, str], entrypoint: str, cache: _Co
         sys.path.remove(root_str)
         for key in [k for k in sys.path_importer_cache if k.startswith(root_str)]:
             del sys.path_importer_cache[key]
-        for name in [n for n in sys.modules if owned(n)]:
-            del sys.modules[name]
+        for name in set(sys.modules) - before:
+            module = sys.modules[name]
+            if name == top or name.startswith(top + ".") or str(getattr(module, "__file__", "") or "").startswith(root_str):
+                del sys.modules[name]
         sys.modules.update(shadowed)
 
 
@@ -223,6 +232,10 @@ class InProcessRunner:
         *,
         stop_on_failure: bool = False,
     ) -> RunReport:
+        return self.run_batches(source, [Batch(tuple(probes), None, stop_on_failure)], tokens)[0]
+
+    def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
+        """Load once; every batch but the last runs in a forked child, so each sees pristine state."""
         started = time.perf_counter()
         try:
             root = self._workspace()
@@ -231,8 +244,9 @@ class InProcessRunner:
         cwd = os.getcwd()
         endpoints: list[Any] = []
         context = _endpoint_context_cache()
+        reports: list[RunReport] = []
         try:
-            materialize(source.files, root)
+            materialize(source.files, root, skip_python=True)
             os.chdir(root)
             app = import_app(root, source.files, source.entrypoint, self._cache)
             endpoints = _endpoints(app)
@@ -242,11 +256,33 @@ class InProcessRunner:
                     context[id(fn)] = {"function": getattr(fn, "__name__", "?")} | (
                         {"file": code.co_filename, "line": code.co_firstlineno} if code else {}
                     )
-            outcomes, sent, stopped = self._loop.run_until_complete(
-                self._session(app, probes, tokens, stop_on_failure)
-            )
+            lifespan = Lifespan(app)
+            failure = self._loop.run_until_complete(lifespan.startup())
+            if failure is not None:
+                raise AppLoadError(f"startup failed: {failure}")
+            for i, batch in enumerate(batches):
+                t0 = time.perf_counter()
+                if i == len(batches) - 1:
+                    result = self._loop.run_until_complete(self._session(app, batch, tokens, lifespan))
+                elif batch.gate is not None and batch.gate.path_patterns is None:
+                    # a gate that blocks every path keeps every request away from the app: no state
+                    # can change, so no fork is needed to protect the batches after it
+                    result = self._loop.run_until_complete(self._session(app, batch, tokens, None))
+                else:
+                    result = self._forked(app, batch, tokens)
+                outcomes, sent, stopped = result
+                reports.append(
+                    RunReport(
+                        load_error=None,
+                        outcomes=tuple(outcomes),
+                        elapsed_s=time.perf_counter() - (started if i == 0 else t0),
+                        requests=sent,
+                        stopped_early=stopped,
+                    )
+                )
         except AppLoadError as exc:
-            return RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started)
+            failed = RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started)
+            return [failed for _ in batches]
         finally:
             os.chdir(cwd)
             if context is not None:
@@ -254,24 +290,41 @@ class InProcessRunner:
                     context.pop(id(fn), None)
             for filename in [f for f in linecache.cache if f.startswith(str(root))]:
                 linecache.cache.pop(filename, None)
-        return RunReport(
-            load_error=None,
-            outcomes=tuple(outcomes),
-            elapsed_s=time.perf_counter() - started,
-            requests=sent,
-            stopped_early=stopped,
-        )
+        return reports
 
-    async def _session(self, app: Any, probes, tokens, stop_on_failure):
-        lifespan = Lifespan(app)
-        failure = await lifespan.startup()
-        if failure is not None:
-            raise AppLoadError(f"startup failed: {failure}")
+    def _forked(self, app: Any, batch: Batch, tokens: Mapping[str, str]):
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: fresh copy of the loaded app; report back and leave without cleanup
+            code = 0
+            try:
+                os.close(read_fd)
+                gc.disable()  # a collection would touch (and so copy) every page shared with the parent
+                loop = asyncio.new_event_loop()  # never share the parent's selector
+                result = loop.run_until_complete(self._session(app, batch, tokens, None))
+                payload = pickle.dumps(result)
+                with os.fdopen(write_fd, "wb") as out:
+                    out.write(payload)
+            except BaseException:  # noqa: BLE001 - anything here is reported as an infrastructure failure
+                code = 70
+            finally:
+                os._exit(code)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as inp:
+            payload = inp.read()
+        _, status = os.waitpid(pid, 0)
+        if status != 0 or not payload:
+            raise RunnerInfrastructureError(f"probe batch child exited with status {status}")
+        return pickle.loads(payload)
+
+    async def _session(self, app: Any, batch: Batch, tokens: Mapping[str, str], lifespan: Lifespan | None):
+        target = app if batch.gate is None else gate_app(app, batch.gate.status, batch.gate.path_patterns)
 
         async def send(request: HttpRequest) -> HttpResponse:
-            return await call_asgi(app, request)
+            return await call_asgi(target, request)
 
         try:
-            return await run_probes(send, probes, tokens, stop_on_failure=stop_on_failure)
+            return await run_probes(send, batch.probes, tokens, stop_on_failure=batch.stop_on_failure)
         finally:
-            await lifespan.shutdown()
+            if lifespan is not None:
+                await lifespan.shutdown()
