@@ -1,0 +1,38 @@
+"""Shared fixtures: a factory config, a runner, and compiled bundles for sample seeds."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from envcore.factory.compiler import compile_spec  # noqa: E402
+from envcore.factory.config import FactoryConfig  # noqa: E402
+from envcore.factory.template_author import author_spec  # noqa: E402
+from envcore.runner.inprocess import InProcessRunner  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def config() -> FactoryConfig:
+    return FactoryConfig()
+
+
+@pytest.fixture(scope="session")
+def runner():
+    r = InProcessRunner()
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="session")
+def bundle_for(config):
+    cache = {}
+
+    def get(seed: int):
+        if seed not in cache:
+            cache[seed] = compile_spec(author_spec(config, seed))
+        return cache[seed]
+
+    return get
