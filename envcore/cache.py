@@ -62,6 +62,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; caches are read by other users (the Space runs as one)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

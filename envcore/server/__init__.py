@@ -1,0 +1,1 @@
+"""HTTP services of the environment core."""

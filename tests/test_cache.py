@@ -1,0 +1,168 @@
+"""The versioned cache: round trip, splits held out by domain, and corrupt or tampered entries
+detected, named and skipped (never silently used)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from envcore.cache import BUNDLES, MANIFEST, CacheError, CorruptEntryError, ScenarioCache, latest_version, write_cache
+from envcore.factory.build import build
+from envcore.version import GENERATOR_VERSION
+
+
+@pytest.fixture(scope="module")
+def built(config):
+    return build(config, range(40), workers=1)
+
+
+@pytest.fixture()
+def cache_dir(tmp_path, built, config):
+    root = tmp_path / "v1"
+    write_cache(root, built.accepted, generator=GENERATOR_VERSION, config=config.model_dump(mode="json"))
+    return root
+
+
+def test_build_accepts_every_seed_of_the_default_config(built):
+    assert len(built.accepted) == 40 and not built.rejects
+
+
+def test_round_trip_returns_identical_bundles(cache_dir, built):
+    cache = ScenarioCache.open(cache_dir)
+    assert len(cache) == 40
+    originals = {b.scenario_id: b for b, _ in built.accepted}
+    for bundle in cache:
+        assert bundle == originals[bundle.scenario_id]
+    assert cache.problems == []
+
+
+def test_file_names_are_content_hashes(cache_dir):
+    cache = ScenarioCache.open(cache_dir)
+    for row in cache.rows:
+        assert row["sha256"].startswith(row["scenario_id"])
+        assert (cache_dir / BUNDLES / f"{row['scenario_id']}.json.gz").exists()
+
+
+def test_manifest_counts_by_split_bug_class_tier_and_domain(cache_dir):
+    counts = ScenarioCache.open(cache_dir).manifest["counts"]
+    for key in ("split", "bug_class", "tier", "domain"):
+        assert sum(counts[key].values()) == 40
+
+
+def test_splits_are_held_out_by_domain(cache_dir, config):
+    cache = ScenarioCache.open(cache_dir)
+    domains_by_split: dict[str, set[str]] = {}
+    for row in cache.rows:
+        domains_by_split.setdefault(row["split"], set()).add(row["domain"])
+        assert row["split"] == config.split_of(row["domain"])
+    splits = list(domains_by_split.values())
+    for i, a in enumerate(splits):
+        for b in splits[i + 1 :]:
+            assert a.isdisjoint(b)
+
+
+def test_config_rejects_a_domain_in_two_splits():
+    from envcore.factory.config import FactoryConfig
+
+    with pytest.raises(ValueError, match="splits must be disjoint"):
+        FactoryConfig(splits={"train": ["notes"], "test": ["notes"]})
+
+
+def _first(cache_dir):
+    cache = ScenarioCache.open(cache_dir)
+    sid = cache.ids()[0]
+    return cache, sid, cache_dir / BUNDLES / f"{sid}.json.gz"
+
+
+def test_tampered_bundle_is_detected_and_named(cache_dir):
+    cache, sid, path = _first(cache_dir)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    data["reference_fix"] = ""  # an attacker empties the fix
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    with pytest.raises(CorruptEntryError, match=sid) as err:
+        cache.load(sid)
+    assert "hash mismatch" in err.value.reason
+
+
+def test_tampered_probe_expectation_is_detected(cache_dir):
+    cache, sid, path = _first(cache_dir)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    data["probes"][-1]["steps"][0]["expect"] = []  # make a security probe accept anything
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    with pytest.raises(CorruptEntryError, match="hash mismatch"):
+        cache.load(sid)
+
+
+def test_truncated_gzip_is_detected(cache_dir):
+    cache, sid, path = _first(cache_dir)
+    path.write_bytes(path.read_bytes()[:50])
+    with pytest.raises(CorruptEntryError, match="gzip"):
+        cache.load(sid)
+
+
+def test_missing_bundle_file_is_detected(cache_dir):
+    cache, sid, path = _first(cache_dir)
+    path.unlink()
+    with pytest.raises(CorruptEntryError, match="missing"):
+        cache.load(sid)
+
+
+def test_invalid_bundle_json_is_detected(cache_dir):
+    cache, sid, path = _first(cache_dir)
+    path.write_bytes(gzip.compress(b'{"title": 1}'))
+    with pytest.raises(CorruptEntryError, match="does not validate"):
+        cache.load(sid)
+
+
+def test_iteration_skips_corrupt_entries_and_records_them(cache_dir):
+    cache, sid, path = _first(cache_dir)
+    path.write_bytes(b"garbage")
+    served = [b.scenario_id for b in cache]
+    assert sid not in served and len(served) == len(cache) - 1
+    assert len(cache.problems) == 1 and sid in cache.problems[0]
+
+
+def test_manifest_edit_is_detected(cache_dir):
+    manifest = json.loads((cache_dir / MANIFEST).read_text())
+    manifest["scenarios"][0]["sha256"] = "0" * 64
+    (cache_dir / MANIFEST).write_text(json.dumps(manifest))
+    cache = ScenarioCache.open(cache_dir)
+    with pytest.raises(CorruptEntryError):
+        cache.load(manifest["scenarios"][0]["scenario_id"])
+
+
+def test_wrong_cache_format_is_a_clear_error(cache_dir):
+    manifest = json.loads((cache_dir / MANIFEST).read_text())
+    manifest["cache_format"] = 999
+    (cache_dir / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CacheError, match="cache format"):
+        ScenarioCache.open(cache_dir)
+
+
+def test_not_a_cache_is_a_clear_error(tmp_path):
+    with pytest.raises(CacheError, match="not a scenario cache"):
+        ScenarioCache.open(tmp_path)
+
+
+def test_latest_version_picks_the_highest_number(cache_dir, tmp_path):
+    shutil.copytree(cache_dir, tmp_path / "v10")
+    assert latest_version(tmp_path) == tmp_path / "v10"
+
+
+def test_short_ids_resolve_like_git_hashes(cache_dir):
+    cache = ScenarioCache.open(cache_dir)
+    sid = cache.ids()[0]
+    assert cache.resolve(sid[:8]) == sid
+    with pytest.raises(KeyError):
+        cache.resolve("zz")
+
+
+def test_same_bundle_gives_the_same_file_bytes(tmp_path, built):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_cache(a, built.accepted[:5], generator=GENERATOR_VERSION)
+    write_cache(b, built.accepted[:5], generator=GENERATOR_VERSION)
+    for f in (a / BUNDLES).iterdir():
+        assert f.read_bytes() == (b / BUNDLES / f.name).read_bytes()

@@ -1,0 +1,64 @@
+"""The scenario check refuses broken scenarios, each for the right reason."""
+
+from __future__ import annotations
+
+from envcore.factory.check import check_scenario
+from envcore.factory.codegen import render_app
+from envcore.scenario.probes import ProbeKind
+
+
+def test_generated_scenarios_pass(bundle_for, runner):
+    for seed in range(8):
+        report = check_scenario(bundle_for(seed), runner, fail_fast=False)
+        assert report.ok, report.summary()
+
+
+def test_a_scenario_without_the_bug_is_refused_as_not_exploitable(bundle_for, runner):
+    bundle = bundle_for(2)
+    secure = render_app(bundle.spec, {})
+    report = check_scenario(bundle.model_copy(update={"files": secure.files}), runner, fail_fast=False)
+    assert any("[vulnerable]" in p and "not exploitable" in p for p in report.problems)
+
+
+def test_a_reference_fix_that_fixes_nothing_is_refused(bundle_for, runner):
+    bundle = bundle_for(2)
+    path = next(iter(bundle.files))
+    noop = f"--- a/{path}\n+++ b/{path}\n@@ -1,1 +1,2 @@\n {bundle.files[path].splitlines()[0]}\n+# fixed, honest\n"
+    report = check_scenario(bundle.model_copy(update={"reference_fix": noop}), runner, fail_fast=False)
+    assert any(p.startswith("[reference]") for p in report.problems)
+
+
+def test_a_scenario_that_deny_all_would_solve_is_refused(bundle_for, runner):
+    bundle = bundle_for(2)
+    only_security = tuple(p for p in bundle.probes if p.kind == ProbeKind.SECURITY)
+    visible = only_security[0].model_copy(update={"visible": False})
+    report = check_scenario(bundle.model_copy(update={"probes": (visible,) + only_security[1:]}), runner, fail_fast=False)
+    assert any("deny_all" in p for p in report.problems)
+    assert any("delete_sites" in p for p in report.problems)
+
+
+def test_a_visible_security_probe_is_refused(bundle_for, runner):
+    bundle = bundle_for(2)
+    probes = tuple(p.model_copy(update={"visible": True}) if p.kind == ProbeKind.SECURITY else p for p in bundle.probes)
+    report = check_scenario(bundle.model_copy(update={"probes": probes}), runner)
+    assert any("[structure]" in p and "visible" in p for p in report.problems)
+
+
+def test_a_trap_without_a_trap_probe_is_refused(bundle_for, runner):
+    bundle = next(b for b in map(bundle_for, range(20)) if any(t.kind == "public_route" for t in b.traps))
+    probes = tuple(p for p in bundle.probes if p.trap != "public_route")
+    report = check_scenario(bundle.model_copy(update={"probes": probes}), runner)
+    assert any("public_route has no trap probe" in p for p in report.problems)
+
+
+def test_a_stale_bundle_is_refused_by_the_determinism_check(bundle_for, runner):
+    bundle = bundle_for(5)
+    stale = bundle.model_copy(update={"task": bundle.task + " (edited)"})
+    report = check_scenario(stale, runner, fail_fast=False)
+    assert any(p.startswith("[determinism]") for p in report.problems)
+
+
+def test_partial_fix_check_runs_for_two_site_scenarios(bundle_for, runner):
+    bundle = next(b for b in map(bundle_for, range(40)) if len(b.sites) == 2 and b.spec is not None)
+    report = check_scenario(bundle, runner, fail_fast=False)
+    assert report.ok and "partial_fixes" in report.timings
