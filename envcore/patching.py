@@ -26,6 +26,7 @@ class PatchError(ValueError):
 @dataclass
 class Hunk:
     old_start: int
+    new_start: int = 1
     old_lines: list[str] = field(default_factory=list)
     new_lines: list[str] = field(default_factory=list)
     header: str = ""
@@ -90,7 +91,7 @@ def parse_patch(diff: str) -> list[FilePatch]:
                 raise PatchError(f"line {i + 1}: hunk header before any '---'/'+++' file header")
             old_count = int(match.group(2)) if match.group(2) is not None else 1
             new_count = int(match.group(4)) if match.group(4) is not None else 1
-            hunk = Hunk(old_start=int(match.group(1)), header=line.rstrip("\n"))
+            hunk = Hunk(old_start=int(match.group(1)), new_start=int(match.group(3)), header=line.rstrip("\n"))
             i += 1
             seen_old = seen_new = 0
             last_tag = " "
@@ -155,6 +156,11 @@ def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
     """Return a new file mapping with ``diff`` applied, or raise :class:`PatchError`."""
     result = dict(files)
     for patch in parse_patch(diff):
+        # `diff -N` names both sides even for an added or removed file; "-0,0" / "+0,0" hunks say which
+        if patch.old_path not in result and patch.hunks and all(h.old_start == 0 and not h.old_lines for h in patch.hunks):
+            patch.old_path = None
+        elif patch.hunks and all(h.new_start == 0 and not h.new_lines for h in patch.hunks):
+            patch.new_path = None
         if patch.old_path is None:
             if patch.new_path in result:
                 raise PatchError(f"{patch.new_path}: diff creates a file that already exists")

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from envcore.cli import main as cli_main
 from envcore.factory.config import FactoryConfig
 from envcore.factory.llm_author import (
     STAGES,
@@ -27,7 +28,6 @@ from envcore.factory.llm_author import (
     build_messages,
     config_problems,
     extract_json,
-    main,
 )
 from envcore.factory.draft import SpecDraft
 from envcore.factory.template_author import draft_for
@@ -349,15 +349,15 @@ def test_openai_backend_errors(chat_server, monkeypatch):
     assert "seed" not in chat_server.requests[-1]["body"]
 
 
-def test_cli_against_loopback_server(config, chat_server, monkeypatch, tmp_path, capsys):
+def test_factory_build_with_the_llm_author_against_loopback_server(config, chat_server, monkeypatch, tmp_path, capsys):
     chat_server.reply_with("no json here")
     monkeypatch.setenv("A01_LLM_BASE_URL", chat_server.base_url)
     monkeypatch.setenv("A01_LLM_MODEL", "m")
-    log = tmp_path / "r.jsonl"
-    assert main(["--seeds", "0:2", "--reject-log", str(log)]) == 1
-    out = capsys.readouterr().out
-    assert "seed 0: rejected at parse" in out and "0/2 accepted" in out
-    assert [e["seed"] for e in log_lines(log)] == [0, 1]
+    out_dir = tmp_path / "v1"
+    assert cli_main(["factory", "build", "--author", "llm", "--n", "2", "--out", str(out_dir)]) == 0
+    assert "0 verified of 2 seeds (100.0% rejected)" in capsys.readouterr().out
+    rejects = log_lines(out_dir / "rejects.jsonl")
+    assert [(e["seed"], e["stage"]) for e in rejects] == [(0, "parse"), (1, "parse")]
 
 
 # --------------------------------------------------------------------------------------------------

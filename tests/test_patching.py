@@ -60,3 +60,13 @@ def test_failed_patch_changes_nothing():
 def test_changed_lines_counts_added_and_removed():
     diff = make_diff(OLD, {**OLD, "app.py": OLD["app.py"].replace("c\n", "C\nC2\n")})
     assert changed_lines(diff) == (1, 3)
+
+
+def test_gnu_diff_new_file_form_creates_the_file():
+    diff = "--- a/new.py\t1970-01-01 00:00:00.000000000 +0000\n+++ b/new.py\t2026-01-01 00:00:00.000000000 +0000\n@@ -0,0 +1,2 @@\n+x = 1\n+y = 2\n"
+    assert apply_patch(OLD, diff)["new.py"] == "x = 1\ny = 2\n"
+
+
+def test_gnu_diff_deleted_file_form_removes_the_file():
+    diff = "--- a/lib/util.py\t2026-01-01\n+++ b/lib/util.py\t1970-01-01\n@@ -1 +0,0 @@\n-x = 1\n"
+    assert "lib/util.py" not in apply_patch(OLD, diff)

@@ -7,6 +7,7 @@ a function taking the parsed arguments and returning an exit code.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from envcore import __version__
@@ -35,3 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and friends: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from envcore.cache import CacheError, CorruptEntryError, ScenarioCache, write_cache
 from envcore.cli.progress import progress_bar
-from envcore.factory.build import build, default_workers
+from envcore.factory.build import BuildReport, build, default_workers
 from envcore.factory.byo import ImportProblem, export_bundle_dir, load_bundle_dir
 from envcore.factory.check import check_scenario
 from envcore.factory.config import FactoryConfig
@@ -35,6 +36,13 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, help="factory config YAML (default: built-in defaults)")
     p.add_argument("--job", type=Path, help="a factory job file (config changes merged over --config)")
     p.add_argument("--workers", type=int, default=default_workers(), help="worker processes (default: CPU count)")
+    p.add_argument("--author", choices=("template", "llm"), default="template",
+                   help="template: deterministic drafts from the config (default); llm: drafts from a language "
+                   "model, through A01_LLM_BASE_URL / A01_LLM_MODEL (an OpenAI-compatible endpoint) or --llm-model-path")
+    p.add_argument("--llm-model-path", type=Path, help="local transformers model folder for --author llm")
+    p.add_argument("--llm-device", default="cpu", help="device for --llm-model-path (default cpu)")
+    p.add_argument("--llm-max-tokens", type=int, default=1024, help="completion budget per draft")
+    p.add_argument("--llm-temperature", type=float, default=0.7, help="sampling temperature")
     p.set_defaults(func=cmd_build)
 
     p = cmds.add_parser("check", help="verify every entry of a cache (hashes and the scenario check)",
@@ -87,7 +95,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         lineage = {"parent": job.parent, "job": str(args.job), "analysis": job.analysis, "reason": job.reason}
     seeds = range(args.seed, args.seed + args.n)
     with progress_bar(args.n, "building") as update:
-        report = build(config, seeds, workers=args.workers, progress=update)
+        if args.author == "llm":
+            report = _build_with_llm(args, config, seeds, update)
+        else:
+            report = build(config, seeds, workers=args.workers, progress=update)
     manifest = write_cache(
         args.out,
         report.accepted,
@@ -103,6 +114,32 @@ def cmd_build(args: argparse.Namespace) -> int:
     for row in report.rejects[:5]:
         print(f"  rejected seed {row['seed']} at {row['stage']}: {row['reason'][:200]}", file=sys.stderr)
     return 0
+
+
+def _build_with_llm(args: argparse.Namespace, config: FactoryConfig, seeds: range, update) -> BuildReport:
+    from envcore.factory.llm_author import LLMAuthor, LLMBackendError, OpenAICompatibleBackend, TransformersBackend
+
+    try:
+        backend = (
+            TransformersBackend(args.llm_model_path, args.llm_device)
+            if args.llm_model_path
+            else OpenAICompatibleBackend.from_env()
+        )
+    except LLMBackendError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    author = LLMAuthor(config, backend, max_tokens=args.llm_max_tokens, temperature=args.llm_temperature)
+    report = BuildReport(seeds=len(seeds), workers=1)
+    started = time.perf_counter()
+    for i, seed in enumerate(seeds, 1):
+        result = author.author(seed)
+        if result.accepted and result.bundle is not None:
+            report.accepted.append((result.bundle, config.split_of(result.bundle.domain)))
+        else:
+            report.rejects.append({"seed": seed, "stage": result.stage, "reason": result.reason,
+                                   "raw": (result.raw or "")[:2000]})
+        update(i)
+    report.elapsed_s = time.perf_counter() - started
+    return report
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -139,13 +176,18 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"{args.folder} fails the scenario check:\n" + "\n".join(f"  - {p}" for p in report.problems))
         return 1
     entries = []
-    generator = "import"
+    generator, config, lineage = "import", None, None
     if (args.out / "manifest.json").exists():
         existing = _open(args.out)
         generator = existing.manifest.get("generator", generator)
+        config, lineage = existing.manifest.get("config"), existing.manifest.get("lineage")
         entries = [(b, existing.split_of(b.scenario_id)) for b in existing]
+        if existing.problems:
+            print(f"{args.out} has corrupt entries; repair it before importing into it:\n"
+                  + "\n".join(f"  - {p}" for p in existing.problems))
+            return 1
     entries.append((bundle, args.split))
-    write_cache(args.out, entries, generator=generator)
+    write_cache(args.out, entries, generator=generator, config=config, lineage=lineage)
     if not bundle.reference_fix:
         print("warning: no fix.diff, so nothing proves this scenario can be fixed")
     print(f"imported {bundle.scenario_id} ({bundle.title}) into {args.out} [{args.split}]")

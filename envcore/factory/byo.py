@@ -117,6 +117,10 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
     raw_probes = _read_yaml(folder / PROBES, problems)
     files = _read_app(folder / APP_DIR, problems)
     meta: ScenarioMetadata | None = None
+    if raw_meta is None and (folder / METADATA).is_file() and not any(p.startswith(METADATA) for p in problems):
+        problems.append(f"{METADATA}: empty")
+    if raw_probes is None and (folder / PROBES).is_file() and not any(p.startswith(PROBES) for p in problems):
+        problems.append(f"{PROBES}: empty (expected a list of probes)")
     if raw_meta is not None:
         try:
             meta = ScenarioMetadata.model_validate(raw_meta)
@@ -134,13 +138,18 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
                     problems += _validation_lines(f"{PROBES}[{i}]", exc)
     fix = ""
     fix_path = folder / FIX
-    if fix_path.exists():
-        fix = fix_path.read_text(encoding="utf-8")
-        if files:
+    if fix_path.is_file():
+        try:
+            fix = fix_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            problems.append(f"{FIX}: not UTF-8 text")
+        if fix and files:
             try:
                 apply_patch(files, fix)
             except PatchError as exc:
                 problems.append(f"{FIX}: {exc}")
+    elif fix_path.exists():
+        problems.append(f"{FIX}: not a regular file")
     elif require_fix:
         problems.append(f"{FIX}: missing (the reference fix proves the scenario can be fixed)")
     if problems or meta is None:

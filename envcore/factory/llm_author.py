@@ -22,15 +22,13 @@ APIs) and :class:`TransformersBackend` (a local ``transformers`` model folder, n
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, Sequence, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import httpx
 from pydantic import ValidationError
@@ -646,46 +644,3 @@ class LLMAuthor:
 # --------------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------------
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Author scenarios for a range of seeds and print one line per seed; exit 1 if none is accepted."""
-    parser = argparse.ArgumentParser(prog="python -m envcore.factory.llm_author", description=main.__doc__)
-    parser.add_argument("--config", type=Path, default=None, help="factory config YAML (default: built-in defaults)")
-    parser.add_argument("--seeds", default="0", help="one seed (7) or a half-open range (0:10)")
-    parser.add_argument("--model-path", type=Path, default=None, help="local transformers model folder")
-    parser.add_argument("--device", default="cpu", help="device for --model-path")
-    parser.add_argument("--max-tokens", type=int, default=1024)
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--reject-log", type=Path, default=None, help="append rejections here as JSONL")
-    args = parser.parse_args(argv)
-
-    start, _, stop = args.seeds.partition(":")
-    seeds = range(int(start), int(stop)) if stop else [int(start)]
-    config = FactoryConfig.load(args.config)
-    try:
-        backend: LLMBackend = (
-            TransformersBackend(args.model_path, args.device)
-            if args.model_path
-            else OpenAICompatibleBackend.from_env()
-        )
-    except LLMBackendError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    author = LLMAuthor(
-        config, backend, reject_log=args.reject_log, max_tokens=args.max_tokens, temperature=args.temperature
-    )
-    accepted = 0
-    for seed in seeds:
-        result = author.author(seed)
-        if result.accepted and result.bundle is not None:
-            accepted += 1
-            print(f"seed {seed}: accepted {result.bundle.scenario_id} {result.bundle.title}")
-        else:
-            print(f"seed {seed}: rejected at {result.stage}: {result.reason}")
-    print(f"{accepted}/{len(seeds)} accepted")
-    return 0 if accepted else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

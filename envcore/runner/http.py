@@ -167,8 +167,18 @@ class Lifespan:
         await self._wait()
 
 
-def gate_app(app: Any, status: int, path_patterns: tuple[str, ...] | None) -> Any:
-    """Wrap ``app`` so that matching HTTP requests get ``status`` without reaching it."""
+class WouldReachApp(BaseException):
+    """Raised by a gate in ``closed`` mode instead of letting a request through to the app.
+
+    A ``BaseException`` so that the response collector, which turns app errors into responses,
+    lets it propagate to the runner."""
+
+
+def gate_app(app: Any, status: int, path_patterns: tuple[str, ...] | None, *, closed: bool = False) -> Any:
+    """Wrap ``app`` so that matching HTTP requests get ``status`` without reaching it.
+
+    With ``closed`` a request that the gate would let through raises :class:`WouldReachApp`
+    instead: the runner uses this to try a batch without protecting the app's state first."""
     import re
 
     patterns = None if path_patterns is None else [re.compile(p) for p in path_patterns]
@@ -181,6 +191,8 @@ def gate_app(app: Any, status: int, path_patterns: tuple[str, ...] | None) -> An
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
+        if closed:
+            raise WouldReachApp()
         await app(scope, receive, send)
 
     return gated

@@ -40,7 +40,7 @@ from typing import Any, Mapping, Sequence
 
 from envcore.runner.base import AppSource, Batch, RunReport, RunnerInfrastructureError
 from envcore.runner.execute import run_probes
-from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, call_asgi, gate_app
+from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, WouldReachApp, call_asgi, gate_app
 from envcore.scenario.probes import Probe
 
 CODE_CACHE_SIZE = 1024
@@ -264,10 +264,16 @@ class InProcessRunner:
                 t0 = time.perf_counter()
                 if i == len(batches) - 1:
                     result = self._loop.run_until_complete(self._session(app, batch, tokens, lifespan))
-                elif batch.gate is not None and batch.gate.path_patterns is None:
-                    # a gate that blocks every path keeps every request away from the app: no state
-                    # can change, so no fork is needed to protect the batches after it
-                    result = self._loop.run_until_complete(self._session(app, batch, tokens, None))
+                elif batch.gate is not None:
+                    # Try the gated batch with the gate closed: as long as every request stops at the
+                    # gate, the app's state cannot change and no fork is needed. (A lazy-fix batch
+                    # usually fails on its first probe, at the gate.) Otherwise run it in a fork.
+                    try:
+                        result = self._loop.run_until_complete(
+                            self._session(app, batch, tokens, None, closed_gate=True)
+                        )
+                    except WouldReachApp:
+                        result = self._forked(app, batch, tokens)
                 else:
                     result = self._forked(app, batch, tokens)
                 outcomes, sent, stopped = result
@@ -317,8 +323,18 @@ class InProcessRunner:
             raise RunnerInfrastructureError(f"probe batch child exited with status {status}")
         return pickle.loads(payload)
 
-    async def _session(self, app: Any, batch: Batch, tokens: Mapping[str, str], lifespan: Lifespan | None):
-        target = app if batch.gate is None else gate_app(app, batch.gate.status, batch.gate.path_patterns)
+    async def _session(
+        self,
+        app: Any,
+        batch: Batch,
+        tokens: Mapping[str, str],
+        lifespan: Lifespan | None,
+        *,
+        closed_gate: bool = False,
+    ):
+        target = app
+        if batch.gate is not None:
+            target = gate_app(app, batch.gate.status, batch.gate.path_patterns, closed=closed_gate)
 
         async def send(request: HttpRequest) -> HttpResponse:
             return await call_asgi(target, request)

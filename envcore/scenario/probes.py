@@ -13,9 +13,10 @@ Probe kinds follow SWE-bench's fail-to-pass / pass-to-pass split:
 * ``trap`` probes are regression probes aimed at a lazy fix (an intentionally public route, an
   admin who must keep access, a legacy alias that must keep working).
 
-State semantics: one verification loads the app once and runs its probes in bundle order (regression,
-then trap, then security), so earlier probes' writes are visible to later ones. Generated scenarios
-give every mutating probe its own records and users so that order never decides an outcome.
+State semantics: one verification loads the app once and runs its probes in bundle order (generated
+bundles put regression and trap probes first and security probes last), so earlier probes' writes are
+visible to later ones. Generated scenarios give every mutating probe its own records and users so that
+order never decides an outcome.
 """
 
 from __future__ import annotations
