@@ -19,6 +19,7 @@ from envcore.factory.codegen.parts import (
     Sites,
     config_lines,
     schema_lines,
+    seed_json,
     security_lines,
     store_lines,
 )
@@ -35,8 +36,8 @@ class RenderedApp:
     routes: tuple[Route, ...]
 
 
-def _data_files(spec: ScenarioSpec) -> dict[str, str]:
-    files = {"instance/secrets.txt": f"SECRET_KEY={spec.app_secret}\n"}
+def _data_files(spec: ScenarioSpec, names: Names) -> dict[str, str]:
+    files = {"instance/secrets.txt": f"SECRET_KEY={spec.app_secret}\n", "data/seed.json": seed_json(spec, names)}
     for f in spec.files:
         files[f"uploads/{spec.user(f.owner).user_id}/{f.name}"] = f.content
     return files
@@ -60,7 +61,7 @@ def render_app(spec: ScenarioSpec, flaws: Mapping[str, Mutation] | None = None) 
         security=security,
         security_exports=security_exports,
         routes=routes,
-        data_files=_data_files(spec),
+        data_files=_data_files(spec, names),
     )
     unused = sites.unused_flaws()
     if unused:

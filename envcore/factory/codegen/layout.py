@@ -87,7 +87,7 @@ def _stdlib_imports(parts: AppParts, text: str) -> list[str]:
     words = _words(text)
     lines = [
         f"import {module}"
-        for module in ("functools", "itertools", "logging", "os", "sqlite3")
+        for module in ("functools", "itertools", "json", "logging", "os", "sqlite3")
         if module in words and re.search(rf"\b{module}\.", text)
     ]
     if "Path" in words:
@@ -135,13 +135,15 @@ def render_package(parts: AppParts, auth_style: str) -> tuple[dict[str, str], st
 
     def module(doc: str, blocks: list[list[str]], local: list[str], with_app=False, with_router=False) -> str:
         body = _join(blocks)
-        imports = _stdlib_imports(parts, body)
-        imports += _fastapi_imports(body, with_app, with_router)
-        imports += local
-        return f'"""{doc}"""\n\n' + "\n".join(imports) + ("\n\n\n" if imports else "\n") + body
+        groups = [_stdlib_imports(parts, body), _fastapi_imports(body, with_app, with_router), local]
+        imports = "\n\n".join("\n".join(g) for g in groups if g)
+        return f'"""{doc}"""\n\n' + imports + ("\n\n\n" if imports else "\n") + body
 
+    config_names = re.findall(r"^([A-Z_]+) =", "\n".join(parts.config), re.M)
     files["app/config.py"] = module("Settings.", [parts.config], [])
-    files["app/store.py"] = module("Data access.", [parts.store], [])
+    store_config = _used(config_names, _join([parts.store]))
+    store_local = [f"from .config import {', '.join(store_config)}"] if store_config else []
+    files["app/store.py"] = module("Data access.", [parts.store], store_local)
     files["app/schemas.py"] = module("Request bodies.", [parts.schemas], [])
     sec_text = _join([parts.security])
     sec_local = []
@@ -157,7 +159,6 @@ def render_package(parts: AppParts, auth_style: str) -> tuple[dict[str, str], st
         sec_local,
     )
 
-    config_names = re.findall(r"^([A-Z_]+) =", "\n".join(parts.config), re.M)
     groups: dict[str, list[Route]] = {}
     main_routes: list[Route] = []
     for route in parts.routes:

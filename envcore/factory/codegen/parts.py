@@ -9,6 +9,7 @@ as the bug and touches nothing else.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -103,6 +104,7 @@ def config_lines(spec: ScenarioSpec, names: Names, uses_files: bool, uses_redire
     lines = [
         f"SERVICE_NAME = {py(names.service)}",
         f'SECRET_KEY_FILE = {base} / "instance" / "secrets.txt"',
+        f'SEED_FILE = {base} / "data" / "seed.json"',
     ]
     if uses_files:
         lines.append(f'UPLOAD_DIR = {base} / "uploads"')
@@ -154,18 +156,27 @@ def _record_rows(spec: ScenarioSpec, names: Names) -> list[dict[str, Any]]:
     return rows
 
 
+def seed_json(spec: ScenarioSpec, names: Names) -> str:
+    """The seeded users, sessions and records, as the ``data/seed.json`` file the store loads."""
+    seed = {
+        "users": _user_rows(spec, names),
+        "sessions": [{"token": u.token, "user_id": _id_literal(names, u.user_id)} for u in spec.users],
+        names.p: _record_rows(spec, names),
+    }
+    return json.dumps(seed, indent=1, ensure_ascii=False) + "\n"
+
+
 def store_lines(spec: ScenarioSpec, names: Names) -> tuple[list[str], list[str]]:
-    users = _user_rows(spec, names)
-    records = _record_rows(spec, names)
-    sessions = {u.token: _id_literal(names, u.user_id) for u in spec.users}
+    """Store code. Seed data lives in ``data/seed.json`` (see :func:`seed_json`), so the code of two
+    scenarios with the same structure is identical and only their data differs."""
     exports = [
         "get_user_by_token", "get_user", "all_users", "update_user",
         names.get, names.list, names.search, names.create, names.update, names.delete, names.shared,
     ]
     user_cols = USER_COLUMNS + ((names.tenant,) if names.tenant else ())
     if spec.style.store == "dict":
-        return _dict_store(names, users, records, sessions, user_cols), exports
-    return _sqlite_store(spec, names, users, records, sessions, user_cols), exports
+        return _dict_store(names, user_cols), exports
+    return _sqlite_store(spec, names, user_cols), exports
 
 
 def _key_fn(names: Names) -> list[str]:
@@ -180,21 +191,23 @@ def _key_fn(names: Names) -> list[str]:
     return ["def _key(value):", "    return None if value is None else str(value)"]
 
 
-def _dict_store(names: Names, users, records, sessions, user_cols) -> list[str]:
+def _dict_store(names: Names, user_cols) -> list[str]:
     n = names
-    lines = ["USERS = {"]
-    lines += [f"    {py(u['id'])}: {py(u)}," for u in users]
-    lines += ["}", "", "SESSIONS = {"]
-    lines += [f"    {py(tok)}: {py(uid)}," for tok, uid in sessions.items()]
-    lines += ["}", "", f"{n.table} = {{"]
-    lines += [f"    {py(r['id'])}: {py(r)}," for r in records]
-    lines += ["}", f"USER_COLUMNS = {py(user_cols)}", ""]
+    lines = [
+        'SEED = json.loads(SEED_FILE.read_text(encoding="utf-8"))',
+        'USERS = {u["id"]: u for u in SEED["users"]}',
+        'SESSIONS = {s["token"]: s["user_id"] for s in SEED["sessions"]}',
+        f'{n.table} = {{r["id"]: r for r in SEED[{py(n.p)}]}}',
+        f"USER_COLUMNS = {py(user_cols)}",
+        "",
+        "",
+    ]
     lines += _key_fn(n)
     if n.id_type == "int":
-        lines += ["", f"_next_id = itertools.count(max({n.table}, default=0) + 1)"]
+        lines += ["", "", f"_next_id = itertools.count(max({n.table}, default=0) + 1)"]
         new_id = "next(_next_id)"
     else:
-        lines += ["", "_next_id = itertools.count(1)"]
+        lines += ["", "", "_next_id = itertools.count(1)"]
         new_id = f'f"{n.s[:3]}_new{{next(_next_id):04d}}"'
     lines += [
         "",
@@ -260,7 +273,7 @@ def _dict_store(names: Names, users, records, sessions, user_cols) -> list[str]:
     return lines
 
 
-def _sqlite_store(spec: ScenarioSpec, names: Names, users, records, sessions, user_cols) -> list[str]:
+def _sqlite_store(spec: ScenarioSpec, names: Names, user_cols) -> list[str]:
     n = names
     id_sql = "INTEGER" if n.id_type == "int" else "TEXT"
     user_defs = [f"id {id_sql} PRIMARY KEY"] + [f"{c} TEXT" for c in user_cols if c != "id"]
@@ -281,30 +294,32 @@ def _sqlite_store(spec: ScenarioSpec, names: Names, users, records, sessions, us
         ")",
         f"USER_COLUMNS = {py(user_cols)}",
         f"{n.table}_COLUMNS = {py(tuple(rec_cols))}",
-        "_db.executemany(",
-        f'    "INSERT INTO users ({", ".join(user_cols)}) VALUES ({", ".join("?" * len(user_cols))})",',
-        "    [",
+        "",
+        "",
+        "def _load_seed():",
+        '    seed = json.loads(SEED_FILE.read_text(encoding="utf-8"))',
+        "    for table, columns, rows in (",
+        '        ("users", USER_COLUMNS, seed["users"]),',
+        '        ("sessions", ("token", "user_id"), seed["sessions"]),',
+        f'        ({py(n.p)}, {n.table}_COLUMNS, seed[{py(n.p)}]),',
+        "    ):",
+        '        placeholders = ", ".join("?" * len(columns))',
+        "        _db.executemany(",
+        '            f"INSERT INTO {table} ({\', \'.join(columns)}) VALUES ({placeholders})",',
+        "            [tuple(row.get(c) for c in columns) for row in rows],",
+        "        )",
+        "    _db.commit()",
+        "",
+        "",
+        "_load_seed()",
+        "",
+        "",
     ]
-    lines += [f"        {py(tuple(u[c] for c in user_cols))}," for u in users]
-    lines += [
-        "    ],",
-        ")",
-        '_db.executemany("INSERT INTO sessions VALUES (?, ?)", [',
-    ]
-    lines += [f"    {py((tok, uid))}," for tok, uid in sessions.items()]
-    lines += [
-        "])",
-        "_db.executemany(",
-        f'    "INSERT INTO {n.p} ({", ".join(rec_cols)}) VALUES ({", ".join("?" * len(rec_cols))})",',
-        "    [",
-    ]
-    lines += [f"        {py(tuple(r[c] for c in rec_cols))}," for r in records]
-    lines += ["    ],", ")", "_db.commit()", ""]
     lines += _key_fn(n)
     if n.id_type == "int":
         new_id = "None"
     else:
-        lines += ["", "_next_id = itertools.count(1)"]
+        lines += ["", "", "_next_id = itertools.count(1)"]
         new_id = f'f"{n.s[:3]}_new{{next(_next_id):04d}}"'
     lines += [
         "",
