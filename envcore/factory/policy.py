@@ -7,6 +7,7 @@ implements and the probes check.
 
 from __future__ import annotations
 
+from envcore.factory.codegen.names import a
 from envcore.scenario.spec import AccessPolicy, DomainSpec, PolicyRule
 
 
@@ -22,8 +23,12 @@ def build_policy(domain: DomainSpec, features: tuple[str, ...]) -> AccessPolicy:
     add(PolicyRule(action="status", principals=("anyone",)), "`GET /api/status` is public.")
     add(
         PolicyRule(action="read", principals=readers, fields=tuple(f.name for f in r.fields)),
-        f"A {r.singular} may be read by its owner (`{r.owner_field}`), by administrators"
-        + (f", and by managers of the same {tenant} (`{r.tenant_field}`)." if r.tenant_field else "."),
+        f"{a(r.singular).capitalize()} may be read by its owner (`{r.owner_field}`)"
+        + (
+            f", by administrators, and by managers of the same {tenant} (`{r.tenant_field}`)."
+            if r.tenant_field
+            else " and by administrators."
+        ),
     )
     add(
         PolicyRule(action="list", principals=readers),
@@ -37,7 +42,7 @@ def build_policy(domain: DomainSpec, features: tuple[str, ...]) -> AccessPolicy:
     )
     add(
         PolicyRule(action="update", principals=("owner", "admin"), fields=tuple(f.name for f in r.fields)),
-        f"Only the owner and administrators may update or delete a {r.singular}"
+        f"Only the owner and administrators may update or delete {a(r.singular)}"
         + (f"; managers may not." if r.tenant_field else ".")
         + f" Updatable fields: {', '.join(f.name for f in r.fields)}.",
     )

@@ -11,6 +11,7 @@ fail the scenario check.
 from __future__ import annotations
 
 from envcore.factory.bugs.base import ProbeContext, ok, step
+from envcore.factory.codegen.names import a
 from envcore.scenario.probes import BodyExcludes, HeaderEquals, JsonEquals, Probe, ProbeKind, StatusIn
 
 REG = ProbeKind.REGRESSION
@@ -43,7 +44,7 @@ def legitimate_use_probes(ctx: ProbeContext) -> list[Probe]:
     reg("administrators can list accounts", [step(admin, "GET", "/api/admin/users", *ok(victim))], visible=True)
 
     created = f"Fresh {n.s} {ctx.token('create')}"
-    reg(f"a user can create a {n.s}", [
+    reg(f"a user can create {a(n.s)}", [
         step(victim, "POST", f"/api/{n.p}", StatusIn(codes=(200, 201)), JsonEquals(path=n.title, value=created),
              json_body={n.title: created}),
         step(victim, "GET", f"/api/{n.p}", *ok(created)),

@@ -1,5 +1,6 @@
 """Mass assignment (CWE-915): request bodies may set fields the caller must not control."""
 
+from envcore.factory.codegen.names import a
 from envcore.factory.codegen.parts import py
 from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, denied, step
 from envcore.scenario.probes import BodyExcludes, JsonEquals, StatusIn
@@ -47,7 +48,7 @@ def _forged_owner(ctx: ProbeContext):
     owner = int(victim.user_id) if n.id_type == "int" else victim.user_id
     return [
         ctx.security(
-            f"creating a {n.s} cannot assign it to another user",
+            f"creating {a(n.s)} cannot assign it to another user",
             [
                 step(ctx.who("attacker"), "POST", f"/api/{n.p}", json_body={n.title: forged, n.owner: owner}),
                 step(victim.username, "GET", f"/api/{n.p}", StatusIn(codes=(200,)), BodyExcludes(texts=(forged,))),

@@ -169,10 +169,12 @@ def render_package(parts: AppParts, auth_style: str) -> tuple[dict[str, str], st
         prefix = GROUP_PREFIX[group](n)
         handlers = [_handler(r, auth_style, "router", r.path[len(prefix):]) for r in routes]
         tag = GROUP_MODULE[group](n)
-        blocks = [[f"router = APIRouter(prefix={py(prefix)}, tags=[{py(tag)}])"], *handlers]
+        prefix_arg = f"prefix={py(prefix)}, " if prefix else ""
+        blocks = [[f"router = APIRouter({prefix_arg}tags=[{py(tag)}])"], *handlers]
         text = _join(blocks)
         local = _local_imports(parts, config_names, text, "..")
-        files[f"app/routers/{tag}.py"] = module(f"Routes under {prefix or '/'}.", blocks, local, with_router=True)
+        doc = f"Routes under {prefix}." if prefix else f"Routes of the {tag} area."
+        files[f"app/routers/{tag}.py"] = module(doc, blocks, local, with_router=True)
         router_modules.append(tag)
 
     handlers = [_handler(r, auth_style, "app", r.path) for r in main_routes]

@@ -14,6 +14,11 @@ PY_TYPES = {"text": "str", "int": "int", "money": "float", "date": "str", "bool"
 SQL_TYPES = {"text": "TEXT", "int": "INTEGER", "money": "REAL", "date": "TEXT", "bool": "INTEGER", "email": "TEXT"}
 
 
+def a(word: str) -> str:
+    """``word`` with its indefinite article: ``an invoice``, ``a note``."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def camel(word: str) -> str:
     return "".join(part.title() for part in word.split("_"))
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from envcore.factory.codegen.names import PY_TYPES, SQL_TYPES, Names
+from envcore.factory.codegen.names import PY_TYPES, SQL_TYPES, Names, a
 from envcore.scenario.spec import ScenarioSpec
 
 Mutation = Callable[[Names, Any], Any]
@@ -545,12 +545,12 @@ def security_lines(spec: ScenarioSpec, names: Names, sites: Sites) -> tuple[list
         "",
         "",
         "def can_read(user: dict, record: dict) -> bool:",
-        f'    """Readers of a {n.s}: its {who}."""',
+        f'    """Readers of {a(n.s)}: its {who}."""',
         *[f"    {line}" for line in sites("policy.can_read", read_body)],
         "",
         "",
         "def can_modify(user: dict, record: dict) -> bool:",
-        f'    """Only the owner of a {n.s} and administrators may change or delete it."""',
+        f'    """Only the owner of {a(n.s)} and administrators may change or delete it."""',
         *[f"    {line}" for line in sites("policy.can_modify", modify_body)],
         "",
         "",
