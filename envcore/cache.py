@@ -74,6 +74,32 @@ def manifest_row(bundle: Bundle, split: str) -> dict[str, Any]:
     return {**bundle.summary(), "sha256": bundle.content_hash(), "split": split}
 
 
+@dataclass(frozen=True)
+class CacheEntry:
+    """A bundle ready to be written: its manifest row and its file bytes. Build workers send these
+    (not bundles) to the process that writes the cache, so nothing is serialised twice."""
+
+    row: dict[str, Any]
+    data: bytes
+
+    @classmethod
+    def of(cls, bundle: Bundle, split: str) -> "CacheEntry":
+        if not bundle.scenario_id:
+            bundle = bundle.with_id()
+        return cls(row=manifest_row(bundle, split), data=bundle_bytes(bundle))
+
+    @property
+    def scenario_id(self) -> str:
+        return self.row["scenario_id"]
+
+    @property
+    def split(self) -> str:
+        return self.row["split"]
+
+    def bundle(self) -> Bundle:
+        return Bundle.model_validate_json(gzip.decompress(self.data))
+
+
 def counts(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
     rows = list(rows)
     out = {}
@@ -85,25 +111,27 @@ def counts(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 def write_cache(
     root: Path,
-    entries: Iterable[tuple[Bundle, str]],
+    entries: Iterable[CacheEntry | tuple[Bundle, str]],
     *,
     generator: str,
     config: dict[str, Any] | None = None,
     lineage: dict[str, Any] | None = None,
     rejects: Iterable[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Write bundles and the manifest into ``root`` (created if needed); return the manifest."""
+    """Write bundles and the manifest into ``root`` (created if needed); return the manifest.
+
+    ``entries`` are :class:`CacheEntry` values or ``(bundle, split)`` pairs; duplicates (same content
+    hash) are written once."""
     root = Path(root)
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for bundle, split in entries:
-        if not bundle.scenario_id:
-            bundle = bundle.with_id()
-        if bundle.scenario_id in seen:
+    for item in entries:
+        entry = item if isinstance(item, CacheEntry) else CacheEntry.of(*item)
+        if entry.scenario_id in seen:
             continue
-        seen.add(bundle.scenario_id)
-        _atomic_write(root / BUNDLES / f"{bundle.scenario_id}.json.gz", bundle_bytes(bundle))
-        rows.append(manifest_row(bundle, split))
+        seen.add(entry.scenario_id)
+        _atomic_write(root / BUNDLES / f"{entry.scenario_id}.json.gz", entry.data)
+        rows.append(entry.row)
     rows.sort(key=lambda r: r["scenario_id"])
     manifest = {
         "cache_format": CACHE_FORMAT_VERSION,

@@ -33,7 +33,7 @@ def test_build_accepts_every_seed_of_the_default_config(built):
 def test_round_trip_returns_identical_bundles(cache_dir, built):
     cache = ScenarioCache.open(cache_dir)
     assert len(cache) == 40
-    originals = {b.scenario_id: b for b, _ in built.accepted}
+    originals = {e.scenario_id: e.bundle() for e in built.accepted}
     for bundle in cache:
         assert bundle == originals[bundle.scenario_id]
     assert cache.problems == []

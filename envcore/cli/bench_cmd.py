@@ -33,7 +33,7 @@ def cmd_factory(args: argparse.Namespace) -> int:
     for workers in sorted({1, args.workers}):
         with progress_bar(args.n, f"{workers} worker(s)") as update:
             report = build(config, range(args.seed, args.seed + args.n), workers=workers, progress=update)
-        hashes = {b.scenario_id for b, _ in report.accepted}
+        hashes = {e.scenario_id for e in report.accepted}
         results[workers] = report
         print(f"workers={workers}: {len(report.accepted)}/{report.seeds} verified in {report.elapsed_s:.2f}s = "
               f"{report.verified_per_s:.1f} verified scenarios/s; rejects {report.reject_share:.1%}; "

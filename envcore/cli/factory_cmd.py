@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from envcore.cache import CacheError, CorruptEntryError, ScenarioCache, write_cache
+from envcore.cache import CacheEntry, CacheError, CorruptEntryError, ScenarioCache, write_cache
 from envcore.cli.progress import progress_bar
 from envcore.factory.build import BuildReport, build, default_workers
 from envcore.factory.byo import ImportProblem, export_bundle_dir, load_bundle_dir
@@ -133,7 +133,7 @@ def _build_with_llm(args: argparse.Namespace, config: FactoryConfig, seeds: rang
     for i, seed in enumerate(seeds, 1):
         result = author.author(seed)
         if result.accepted and result.bundle is not None:
-            report.accepted.append((result.bundle, config.split_of(result.bundle.domain)))
+            report.accepted.append(CacheEntry.of(result.bundle, config.split_of(result.bundle.domain)))
         else:
             report.rejects.append({"seed": seed, "stage": result.stage, "reason": result.reason,
                                    "raw": (result.raw or "")[:2000]})

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from envcore.cache import CacheEntry
 from envcore.factory.check import check_scenario
 from envcore.factory.compiler import compile_spec
 from envcore.factory.config import FactoryConfig
@@ -27,7 +28,7 @@ from envcore.scenario.bundle import Bundle
 class BuildReport:
     """What a build produced."""
 
-    accepted: list[tuple[Bundle, str]] = field(default_factory=list)
+    accepted: list[CacheEntry] = field(default_factory=list)
     rejects: list[dict[str, Any]] = field(default_factory=list)
     seeds: int = 0
     elapsed_s: float = 0.0
@@ -73,9 +74,10 @@ def build_seed(config: FactoryConfig, seed: int, runner: InProcessRunner) -> tup
     return bundle, None
 
 
-def _work(seed: int) -> tuple[str | None, dict | None]:
-    bundle, reject = build_seed(_WORKER["config"], seed, _WORKER["runner"])
-    return (bundle.model_dump_json() if bundle else None), reject
+def _work(seed: int) -> tuple[CacheEntry | None, dict | None]:
+    config = _WORKER["config"]
+    bundle, reject = build_seed(config, seed, _WORKER["runner"])
+    return (CacheEntry.of(bundle, config.split_of(bundle.domain)) if bundle else None), reject
 
 
 def default_workers() -> int:
@@ -96,11 +98,11 @@ def build(
     started = time.perf_counter()
     done = 0
 
-    def collect(bundle: Bundle | None, reject: dict | None) -> None:
+    def collect(entry: CacheEntry | None, reject: dict | None) -> None:
         nonlocal done
         done += 1
-        if bundle is not None:
-            report.accepted.append((bundle, config.split_of(bundle.domain)))
+        if entry is not None:
+            report.accepted.append(entry)
         if reject is not None:
             report.rejects.append(reject)
         if progress:
@@ -110,13 +112,14 @@ def build(
         runner = InProcessRunner()
         try:
             for seed in seeds:
-                collect(*build_seed(config, seed, runner))
+                bundle, reject = build_seed(config, seed, runner)
+                collect(CacheEntry.of(bundle, config.split_of(bundle.domain)) if bundle else None, reject)
         finally:
             runner.close()
     else:
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(workers, initializer=_init_worker, initargs=(config.model_dump_json(),)) as pool:
-            for raw, reject in pool.imap(_work, seeds, chunksize=4):
-                collect(Bundle.model_validate_json(raw) if raw else None, reject)
+            for entry, reject in pool.imap(_work, seeds, chunksize=4):
+                collect(entry, reject)
     report.elapsed_s = time.perf_counter() - started
     return report
