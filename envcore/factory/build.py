@@ -8,8 +8,10 @@ written next to the cache, and counted in the build report.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
+from contextlib import contextmanager
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -45,10 +47,33 @@ class BuildReport:
 
 _WORKER: dict[str, Any] = {}
 
+BATCH_GC_THRESHOLD = (20_000, 10, 10)
+"""Collector thresholds while building. Every check loads a few FastAPI apps, so allocations come in
+large bursts and the default thresholds (700, 10, 10) run the collector thousands of times over a
+heap of ~500k live objects: measured, a quarter of the build time. Collecting less often costs
+~150 MB more peak memory per worker and stays flat over thousands of scenarios."""
+
+
+@contextmanager
+def batch_gc():
+    """Collect garbage less often for the duration of a build (restored afterwards)."""
+    previous = gc.get_threshold()
+    gc.collect()
+    gc.freeze()  # imported libraries never die: keep them out of every later collection
+    gc.set_threshold(*BATCH_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
+        gc.unfreeze()
+
 
 def _init_worker(config_json: str) -> None:
     _WORKER["config"] = FactoryConfig.model_validate_json(config_json)
     _WORKER["runner"] = InProcessRunner()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*BATCH_GC_THRESHOLD)
 
 
 def build_seed(config: FactoryConfig, seed: int, runner: InProcessRunner) -> tuple[Bundle | None, dict | None]:
@@ -111,9 +136,10 @@ def build(
     if workers == 1:
         runner = InProcessRunner()
         try:
-            for seed in seeds:
-                bundle, reject = build_seed(config, seed, runner)
-                collect(CacheEntry.of(bundle, config.split_of(bundle.domain)) if bundle else None, reject)
+            with batch_gc():
+                for seed in seeds:
+                    bundle, reject = build_seed(config, seed, runner)
+                    collect(CacheEntry.of(bundle, config.split_of(bundle.domain)) if bundle else None, reject)
         finally:
             runner.close()
     else:
