@@ -77,34 +77,30 @@ def test_vulnerable_app_is_exploitable_and_reference_fix_closes_every_hole(key, 
     assert after.loaded and all(o.passed for o in after.outcomes), [o.failures for o in after.outcomes if not o.passed]
 
 
-def _trap_outcomes(bundle, runner, gate: Gate | None = None, files=None):
+def _trap_report(bundle, runner, gate: Gate | None = None, files=None):
+    """Run the trap probes against the fixed app (or ``files``), optionally behind ``gate``."""
     tokens = {u.username: u.token for u in bundle.users}
     source = AppSource(files or apply_patch(bundle.files, bundle.reference_fix), bundle.entrypoint)
-    traps = bundle.probes_of(ProbeKind.TRAP)
-    (report,) = runner.run_batches(source, [Batch(tuple(traps), gate)], tokens)
-    return {p.trap: [] for p in traps} | {
-        probe.trap: [o for o in report.outcomes if o.probe_id == probe.id] for probe in traps
-    }, report
+    (report,) = runner.run_batches(source, [Batch(tuple(bundle.probes_of(ProbeKind.TRAP)), gate)], tokens)
+    return report
 
 
 def _bundle_with_trap(variant_bundles, trap: str):
     return next(b for b in variant_bundles.values() if any(t.kind == trap for t in b.traps))
 
 
-def test_public_route_trap_bites_a_login_everywhere_fix(variant_bundles, runner):
-    bundle = _bundle_with_trap(variant_bundles, "public_route")
-    gate = Gate(401, (r"^/api/shared/[^/]+/?$",), "login required everywhere")
-    _, report = _trap_outcomes(bundle, runner, gate)
+@pytest.mark.parametrize(
+    "trap, gate",
+    [
+        ("public_route", Gate(401, (r"^/api/shared/[^/]+/?$",), "login required everywhere")),
+        ("legacy_alias", Gate(404, (r"^/api/v1/.*$",), "alias deleted")),
+    ],
+)
+def test_route_traps_bite_the_lazy_fix_they_aim_at(trap, gate, variant_bundles, runner):
+    bundle = _bundle_with_trap(variant_bundles, trap)
+    report = _trap_report(bundle, runner, gate)
     failed = {o.probe_id for o in report.outcomes if not o.passed}
-    assert any(p.trap == "public_route" and p.id in failed for p in bundle.probes)
-
-
-def test_legacy_alias_trap_bites_deleting_the_alias(variant_bundles, runner):
-    bundle = _bundle_with_trap(variant_bundles, "legacy_alias")
-    gate = Gate(404, (r"^/api/v1/.*$",), "alias deleted")
-    _, report = _trap_outcomes(bundle, runner, gate)
-    failed = {o.probe_id for o in report.outcomes if not o.passed}
-    assert any(p.trap == "legacy_alias" and p.id in failed for p in bundle.probes)
+    assert any(p.trap == trap and p.id in failed for p in bundle.probes)
 
 
 def test_admin_access_trap_bites_an_owner_only_fix(variant_bundles, runner):
@@ -114,7 +110,7 @@ def test_admin_access_trap_bites_an_owner_only_fix(variant_bundles, runner):
         return [f'return record["{names.owner}"] == user["id"]']
 
     app = render_app(bundle.spec, {"policy.can_read": owner_only, "policy.can_modify": owner_only})
-    _, report = _trap_outcomes(bundle, runner, files=app.files)
+    report = _trap_report(bundle, runner, files=app.files)
     failed = {o.probe_id for o in report.outcomes if not o.passed}
     assert any(p.trap == "admin_access" and p.id in failed for p in bundle.probes)
 
