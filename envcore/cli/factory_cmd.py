@@ -9,7 +9,7 @@ from pathlib import Path
 
 from envcore.cache import CacheEntry, CacheError, CorruptEntryError, ScenarioCache, write_cache
 from envcore.cli.progress import progress_bar
-from envcore.factory.build import BuildReport, build, default_workers
+from envcore.factory.build import BuildReport, build, default_workers, verify_cache
 from envcore.factory.byo import ImportProblem, export_bundle_dir, load_bundle_dir
 from envcore.factory.check import check_scenario
 from envcore.factory.config import FactoryConfig
@@ -51,6 +51,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("cache", type=Path, nargs="?", help="cache folder (default: the newest shipped cache)")
     p.add_argument("--quick", action="store_true", help="check hashes only, do not run the apps")
     p.add_argument("--limit", type=int, help="check only the first N entries")
+    p.add_argument("--workers", type=int, default=default_workers(), help="worker processes (default: CPU count)")
     p.set_defaults(func=cmd_check)
 
     p = cmds.add_parser("import", help="import a hand-written scenario folder into a cache",
@@ -145,24 +146,13 @@ def _build_with_llm(args: argparse.Namespace, config: FactoryConfig, seeds: rang
 def cmd_check(args: argparse.Namespace) -> int:
     cache = _open(args.cache)
     ids = cache.ids()[: args.limit] if args.limit else cache.ids()
-    bad = 0
     with progress_bar(len(ids), "checking") as update:
-        for i, scenario_id in enumerate(ids, 1):
-            try:
-                bundle = cache.load(scenario_id)
-            except CorruptEntryError as exc:
-                bad += 1
-                print(f"CORRUPT {exc}")
-                update(i)
-                continue
-            if not args.quick:
-                report = check_scenario(bundle, fail_fast=False)
-                if not report.ok:
-                    bad += 1
-                    print(report.summary())
-            update(i)
-    print(f"{len(ids) - bad} of {len(ids)} scenarios valid in {cache.root}")
-    return 1 if bad else 0
+        problems = verify_cache(cache.root, ids, quick=args.quick, workers=args.workers, progress=update)
+    for scenario_id in ids:
+        for line in problems.get(scenario_id, []):
+            print(line if line.startswith("CORRUPT") else f"{scenario_id}: {line}")
+    print(f"{len(ids) - len(problems)} of {len(ids)} scenarios valid in {cache.root}")
+    return 1 if problems else 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:

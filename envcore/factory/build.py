@@ -1,4 +1,5 @@
-"""The factory pipeline: seeds -> drafts -> specs -> bundles -> checked -> cache.
+"""The factory pipelines: seeds -> drafts -> specs -> bundles -> checked -> cache, and re-verifying
+a cache that already exists.
 
 Every seed is authored, compiled and checked independently, so the work spreads over a process pool
 (one in-process runner per worker, forked from a parent that has already imported FastAPI). A seed
@@ -14,9 +15,10 @@ import os
 from contextlib import contextmanager
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from envcore.cache import CacheEntry
+from envcore.cache import CacheEntry, CorruptEntryError, ScenarioCache
 from envcore.factory.check import check_scenario
 from envcore.factory.compiler import compile_spec
 from envcore.factory.config import FactoryConfig
@@ -149,3 +151,60 @@ def build(
                 collect(entry, reject)
     report.elapsed_s = time.perf_counter() - started
     return report
+
+
+def _init_verifier(root: str) -> None:
+    _WORKER["cache"] = ScenarioCache.open(root)
+    _WORKER["runner"] = InProcessRunner()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*BATCH_GC_THRESHOLD)
+
+
+def verify_entry(cache: ScenarioCache, scenario_id: str, runner: InProcessRunner, *, quick: bool) -> list[str]:
+    """Problems of one cached scenario: a failed hash check, or (unless ``quick``) the full check."""
+    try:
+        bundle = cache.load(scenario_id)
+    except CorruptEntryError as exc:
+        return [f"CORRUPT {exc}"]
+    return [] if quick else check_scenario(bundle, runner, fail_fast=False).problems
+
+
+def _verify_one(job: tuple[str, bool]) -> tuple[str, list[str]]:
+    scenario_id, quick = job
+    return scenario_id, verify_entry(_WORKER["cache"], scenario_id, _WORKER["runner"], quick=quick)
+
+
+def verify_cache(
+    root: Path,
+    scenario_ids: list[str],
+    *,
+    quick: bool = False,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, list[str]]:
+    """Load (hash-verify) and, unless ``quick``, fully re-check every scenario; return problems by id."""
+    workers = workers or default_workers()
+    problems: dict[str, list[str]] = {}
+
+    def collect(done: int, scenario_id: str, found: list[str]) -> None:
+        if found:
+            problems[scenario_id] = found
+        if progress:
+            progress(done)
+
+    if workers == 1:
+        cache, runner = ScenarioCache.open(root), InProcessRunner()
+        try:
+            with batch_gc():
+                for done, scenario_id in enumerate(scenario_ids, 1):
+                    collect(done, scenario_id, verify_entry(cache, scenario_id, runner, quick=quick))
+        finally:
+            runner.close()
+        return problems
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers, initializer=_init_verifier, initargs=(str(root),)) as pool:
+        jobs = [(sid, quick) for sid in scenario_ids]
+        for done, (scenario_id, found) in enumerate(pool.imap(_verify_one, jobs, chunksize=4), 1):
+            collect(done, scenario_id, found)
+    return problems

@@ -104,6 +104,3 @@ class FactoryConfig(BaseModel):
             return over
 
         return FactoryConfig.model_validate(merge(self.model_dump(), delta))
-
-
-OPTIONAL_FEATURES = FEATURES

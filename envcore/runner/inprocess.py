@@ -194,6 +194,16 @@ def _endpoints(app: Any) -> list[Any]:
     return found
 
 
+def _seed_endpoint_context(context: dict | None, endpoints: list[Any]) -> None:
+    """Tell FastAPI where each endpoint is defined, so it does not re-read source on first request."""
+    if context is None:
+        return
+    for fn in endpoints:
+        code = getattr(fn, "__code__", None)
+        where = {"file": code.co_filename, "line": code.co_firstlineno} if code else {}
+        context[id(fn)] = {"function": getattr(fn, "__name__", "?"), **where}
+
+
 class InProcessRunner:
     """Runs probes against an app imported into this process (trusted code only)."""
 
@@ -235,7 +245,9 @@ class InProcessRunner:
         return self.run_batches(source, [Batch(tuple(probes), None, stop_on_failure)], tokens)[0]
 
     def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
-        """Load once; every batch but the last runs in a forked child, so each sees pristine state."""
+        """Load once and give every batch pristine state: the last batch runs here; a gated batch is
+        first tried here with its gate closed (nothing reaches the app, so nothing changes) and only
+        forked if a request would get through; any other batch runs in a forked child."""
         started = time.perf_counter()
         try:
             root = self._workspace()
@@ -250,12 +262,7 @@ class InProcessRunner:
             os.chdir(root)
             app = import_app(root, source.files, source.entrypoint, self._cache)
             endpoints = _endpoints(app)
-            if context is not None:
-                for fn in endpoints:
-                    code = getattr(fn, "__code__", None)
-                    context[id(fn)] = {"function": getattr(fn, "__name__", "?")} | (
-                        {"file": code.co_filename, "line": code.co_firstlineno} if code else {}
-                    )
+            _seed_endpoint_context(context, endpoints)
             lifespan = Lifespan(app)
             failure = self._loop.run_until_complete(lifespan.startup())
             if failure is not None:
