@@ -17,6 +17,7 @@ from typing import Mapping
 DEV_NULL = "/dev/null"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 NO_NEWLINE = "\\ No newline at end of file"
+EPOCH = "\t1970-01-01"  # how `diff -N` dates the side of a file that does not exist
 
 
 class PatchError(ValueError):
@@ -37,6 +38,8 @@ class FilePatch:
     old_path: str | None
     new_path: str | None
     hunks: list[Hunk] = field(default_factory=list)
+    old_header: str = ""
+    new_header: str = ""
 
     @property
     def path(self) -> str:
@@ -58,6 +61,8 @@ def make_diff(old: Mapping[str, str], new: Mapping[str, str], context: int = 3) 
         to_name = f"b/{path}" if b is not None else DEV_NULL
         out.append(f"diff --git a/{path} b/{path}\n")
         lines = list(difflib.unified_diff(_split(a or ""), _split(b or ""), from_name, to_name, n=context))
+        if not lines:  # an empty file added or removed: headers only, no hunk
+            lines = [f"--- {from_name}\n", f"+++ {to_name}\n"]
         for line in lines:
             out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE + "\n")
     return "".join(out)
@@ -81,7 +86,9 @@ def parse_patch(diff: str) -> list[FilePatch]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            current = FilePatch(_strip_prefix(line[4:]), _strip_prefix(lines[i + 1][4:]))
+            current = FilePatch(
+                _strip_prefix(line[4:]), _strip_prefix(lines[i + 1][4:]), old_header=line, new_header=lines[i + 1]
+            )
             patches.append(current)
             i += 2
             continue
@@ -156,10 +163,10 @@ def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
     """Return a new file mapping with ``diff`` applied, or raise :class:`PatchError`."""
     result = dict(files)
     for patch in parse_patch(diff):
-        # `diff -N` names both sides even for an added or removed file; "-0,0" / "+0,0" hunks say which
-        if patch.old_path not in result and patch.hunks and all(h.old_start == 0 and not h.old_lines for h in patch.hunks):
+        # `diff -N` names both sides even for an added or removed file, dating the missing side at the epoch
+        if EPOCH in patch.old_header and all(h.old_start == 0 and not h.old_lines for h in patch.hunks):
             patch.old_path = None
-        elif patch.hunks and all(h.new_start == 0 and not h.new_lines for h in patch.hunks):
+        elif EPOCH in patch.new_header and all(h.new_start == 0 and not h.new_lines for h in patch.hunks):
             patch.new_path = None
         if patch.old_path is None:
             if patch.new_path in result:

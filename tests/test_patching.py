@@ -70,3 +70,20 @@ def test_gnu_diff_new_file_form_creates_the_file():
 def test_gnu_diff_deleted_file_form_removes_the_file():
     diff = "--- a/lib/util.py\t2026-01-01\n+++ b/lib/util.py\t1970-01-01\n@@ -1 +0,0 @@\n-x = 1\n"
     assert "lib/util.py" not in apply_patch(OLD, diff)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_lines = st.lists(st.sampled_from(["a", "b", "c", "", "def f():", "    return 1", "x = 2", "# note"]), max_size=30)
+_texts = _lines.map(lambda ls: "".join(line + "\n" for line in ls)) | _lines.map("\n".join)
+_file_sets = st.dictionaries(st.sampled_from(["app.py", "pkg/a.py", "pkg/b.py", "data/seed.json"]), _texts, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(old=_file_sets, new=_file_sets)
+def test_any_diff_we_make_applies_back_exactly(old, new):
+    if old == new:
+        assert make_diff(old, new) == ""  # nothing to say; applying "" is refused as "no file changes"
+        return
+    assert apply_patch(old, make_diff(old, new)) == new
