@@ -1,4 +1,4 @@
-"""SpecDraft: the authored choices of a scenario, and their expansion into a full ScenarioSpec.
+"""The expansion of a SpecDraft (an author's choices) into a full ScenarioSpec.
 
 An author (the seeded template author or an LLM) decides *what* the scenario is: the domain (a
 built-in name or a whole new domain), the bug class and variant, the code style, the traps and the
@@ -12,23 +12,20 @@ from __future__ import annotations
 import random
 import re
 
-from pydantic import BaseModel, ConfigDict
-
 from envcore.factory.bugs import get_bug_class
 from envcore.factory.codegen import FEATURES
 from envcore.factory.domains import DOMAINS
 from envcore.factory.identities import Draw
 from envcore.factory.policy import build_policy
 from envcore.scenario.spec import (
-    CodeStyle,
     DifficultyFeatures,
     DomainSpec,
     FileSpec,
     RecordSpec,
     Role,
     ScenarioSpec,
+    SpecDraft,
     Trap,
-    TrapKind,
 )
 from envcore.factory.bugs.base import site_refs
 from envcore.factory.codegen.names import Names
@@ -36,20 +33,6 @@ from envcore.factory.codegen.names import Names
 
 class DraftError(ValueError):
     """The draft is well-formed but describes a scenario that cannot be built."""
-
-
-class SpecDraft(BaseModel):
-    """What an author chooses; everything else is drawn from the seed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    domain: str | DomainSpec
-    bug_class: str
-    variant: str
-    style: CodeStyle = CodeStyle()
-    traps: tuple[TrapKind, ...] = ()
-    decoys: tuple[str, ...] = ()
-    """Optional routes added although the bug does not need them."""
 
 
 TRAP_TEXT = {
@@ -172,4 +155,5 @@ def expand(draft: SpecDraft, seed: int, *, author: str = "template") -> Scenario
         ),
         app_secret=f"sk_{draw.hex(24)}",
         author=author,
+        draft=draft,
     )

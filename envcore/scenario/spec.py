@@ -236,6 +236,21 @@ class DifficultyFeatures(_Model):
     """Optional routes that are correct but look like candidates for the bug."""
 
 
+class SpecDraft(_Model):
+    """What an author chooses; everything else (people, ids, tokens, records) is drawn from the seed.
+
+    The same draft expanded with two seeds gives two apps with identical source code and different
+    data, which is what lets a verifier grade a patch against identities the agent never saw."""
+
+    domain: str | DomainSpec
+    bug_class: str
+    variant: str
+    style: CodeStyle = CodeStyle()
+    traps: tuple[TrapKind, ...] = ()
+    decoys: tuple[str, ...] = ()
+    """Optional routes added although the bug does not need them."""
+
+
 class ScenarioSpec(_Model):
     """Everything the compiler needs to build one scenario bundle."""
 
@@ -257,6 +272,8 @@ class ScenarioSpec(_Model):
     app_secret: str
     """Per-seed secret the app keeps in its config (marker for leaks; never a probe input)."""
     author: str = "template"
+    draft: SpecDraft | None = None
+    """The draft this spec was expanded from (``None`` for specs written by hand)."""
 
     @model_validator(mode="after")
     def _references(self) -> "ScenarioSpec":
