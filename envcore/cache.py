@@ -17,6 +17,7 @@ records the problem in :attr:`ScenarioCache.problems`, so a bad entry is never s
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -50,10 +51,13 @@ class CorruptEntryError(CacheError):
         self.reason = reason
 
 
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def bundle_bytes(bundle: Bundle) -> bytes:
     """Deterministic gzip of the bundle's canonical JSON (mtime fixed, so same bundle -> same bytes)."""
-    data = json.dumps(bundle.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return gzip.compress(data.encode("utf-8"), compresslevel=9, mtime=0)
+    return gzip.compress(_canonical(bundle.model_dump(mode="json")).encode("utf-8"), compresslevel=6, mtime=0)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -84,9 +88,15 @@ class CacheEntry:
 
     @classmethod
     def of(cls, bundle: Bundle, split: str) -> "CacheEntry":
-        if not bundle.scenario_id:
-            bundle = bundle.with_id()
-        return cls(row=manifest_row(bundle, split), data=bundle_bytes(bundle))
+        """Serialise once: the canonical JSON gives the hash, the same dump gives the file bytes."""
+        data = bundle.model_dump(mode="json")
+        data.pop("scenario_id")
+        digest = hashlib.sha256(_canonical(data).encode("utf-8")).hexdigest()
+        if bundle.scenario_id and bundle.scenario_id != digest[:ID_LENGTH]:
+            raise ValueError(f"bundle {bundle.scenario_id} does not match its content hash")
+        data["scenario_id"] = digest[:ID_LENGTH]
+        row = {**bundle.summary(), "scenario_id": data["scenario_id"], "sha256": digest, "split": split}
+        return cls(row=row, data=gzip.compress(_canonical(data).encode("utf-8"), compresslevel=6, mtime=0))
 
     @property
     def scenario_id(self) -> str:

@@ -170,3 +170,16 @@ def test_lazy_fix_as_source_patch_equals_lazy_fix_as_gate(kind, bundle_for, runn
         # and the diff form applies to the same files
         assert apply_patch(bundle.files, lazy_fix_diff(bundle.files, bundle.entrypoint, kind, paths)) == \
             lazy_fix_files(bundle.files, bundle.entrypoint, kind, paths)
+
+
+def test_files_an_app_writes_do_not_reach_the_next_app(runner):
+    writer = "from pathlib import Path\nfrom fastapi import FastAPI\nPath('uploads/leak.txt').parent.mkdir(exist_ok=True)\n" \
+             "Path('uploads/leak.txt').write_text('secret')\nPath('notes.txt').write_text('x')\napp = FastAPI()\n"
+    reader = ("from pathlib import Path\nfrom fastapi import FastAPI\napp = FastAPI()\n@app.get('/look')\nasync def look():\n"
+              "    return {'leak': Path('uploads/leak.txt').exists(), 'notes': Path('notes.txt').exists(),"
+              " 'data': Path('data/keep.txt').read_text()}\n")
+    runner.run(AppSource({"app.py": writer, "data/keep.txt": "v1"}, "app:app"), [_probe("/")], {})
+    report = runner.run(AppSource({"app.py": reader, "data/keep.txt": "v2"}, "app:app"),
+                        [_probe("/look", JsonEquals(path="leak", value=False), JsonEquals(path="notes", value=False),
+                                JsonEquals(path="data", value="v2"))], {})
+    assert report.outcomes[0].passed, report.outcomes[0].failures

@@ -30,7 +30,9 @@ def cmd_factory(args: argparse.Namespace) -> int:
     config = FactoryConfig.load(args.config)
     print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()}")
     results = {}
-    for workers in sorted({1, args.workers}):
+    # The parallel run goes first: its workers are forked from this process, and forking a process
+    # that has just built hundreds of apps itself hands them a heap full of garbage.
+    for workers in sorted({1, args.workers}, reverse=True):
         with progress_bar(args.n, f"{workers} worker(s)") as update:
             report = build(config, range(args.seed, args.seed + args.n), workers=workers, progress=update)
         hashes = {e.scenario_id for e in report.accepted}

@@ -141,7 +141,9 @@ def import_app(root: Path, files: Mapping[str, str], entrypoint: str, cache: _Co
     if not sep or not module_name or not attr.isidentifier():
         raise AppLoadError(f"entrypoint must look like 'module:attribute', got {entrypoint!r}")
     top = module_name.split(".")[0]
-    shadowed = {name: mod for name, mod in sys.modules.items() if name == top or name.startswith(top + ".")}
+    shadowed = {}
+    if top in sys.modules:  # a submodule is only ever present with its top-level package
+        shadowed = {name: mod for name, mod in sys.modules.items() if name == top or name.startswith(top + ".")}
     for name in shadowed:
         del sys.modules[name]
     before = set(sys.modules)
@@ -227,12 +229,30 @@ class InProcessRunner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _workspace(self) -> Path:
-        work = self._root / "app-root"
-        if work.exists():
-            shutil.rmtree(work)
-        work.mkdir()
-        return work
+    def _workspace(self, files: Mapping[str, str]) -> Path:
+        """The folder the app runs in, holding exactly the folders and data files of ``files``.
+
+        One folder is reused from run to run: files and folders the new app does not have are
+        removed (including anything the previous app wrote), the data files are written afresh."""
+        root = self._root / "app-root"
+        base = root.resolve() if root.exists() else root
+        wanted_dirs = {base}
+        for rel in files:
+            if rel.startswith("/"):
+                raise AppLoadError(f"file path escapes the app folder: {rel!r}")
+            wanted_dirs.update((base / rel).parents)
+        if root.exists():
+            for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+                here = Path(dirpath)
+                for name in filenames:
+                    path = here / name
+                    if path.relative_to(base).as_posix() not in files or path.suffix == ".py":
+                        path.unlink()
+                for name in dirnames:
+                    if (here / name) not in wanted_dirs:
+                        shutil.rmtree(here / name)
+        materialize(files, root, skip_python=True)
+        return root
 
     def run(
         self,
@@ -249,16 +269,16 @@ class InProcessRunner:
         first tried here with its gate closed (nothing reaches the app, so nothing changes) and only
         forked if a request would get through; any other batch runs in a forked child."""
         started = time.perf_counter()
-        try:
-            root = self._workspace()
-        except OSError as exc:  # workspace trouble is ours, not the app's
-            raise RunnerInfrastructureError(f"cannot prepare the app workspace: {exc}") from exc
         cwd = os.getcwd()
         endpoints: list[Any] = []
         context = _endpoint_context_cache()
         reports: list[RunReport] = []
+        root = self._root / "app-root"
         try:
-            materialize(source.files, root, skip_python=True)
+            try:
+                root = self._workspace(source.files)
+            except OSError as exc:  # workspace trouble is ours, not the app's
+                raise RunnerInfrastructureError(f"cannot prepare the app workspace: {exc}") from exc
             os.chdir(root)
             app = import_app(root, source.files, source.entrypoint, self._cache)
             endpoints = _endpoints(app)

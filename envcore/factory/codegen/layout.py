@@ -8,6 +8,7 @@ the user on ``request.state``. The output is a ``{path: text}`` mapping plus the
 
 from __future__ import annotations
 
+import functools
 import re
 
 from envcore.factory.codegen.parts import AppParts, Route, py
@@ -74,8 +75,10 @@ def _join(blocks: list[list[str]]) -> str:
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(text))
+@functools.lru_cache(maxsize=512)
+def _words(text: str) -> frozenset[str]:
+    """Identifiers in ``text`` (memoised: each module's text is asked about several times)."""
+    return frozenset(_WORD.findall(text))
 
 
 def _used(names: list[str], text: str) -> list[str]:
