@@ -28,6 +28,7 @@ import linecache
 import logging
 import os
 import pickle
+import posixpath
 import shutil
 import sys
 import tempfile
@@ -50,20 +51,31 @@ class AppLoadError(Exception):
     """The app could not be imported or started; the message is shown to whoever wrote it."""
 
 
+def safe_relpath(rel: str) -> str:
+    """``rel`` normalised, or :class:`AppLoadError` if it is absolute or climbs out of the app folder."""
+    norm = posixpath.normpath(rel)
+    if rel.startswith(("/", "\\")) or norm == "." or norm == ".." or norm.startswith("../") or "\x00" in rel:
+        raise AppLoadError(f"file path escapes the app folder: {rel!r}")
+    return norm
+
+
 def materialize(files: Mapping[str, str], root: Path, *, skip_python: bool = False) -> None:
     """Write ``files`` under ``root``, refusing paths that would escape it.
 
     With ``skip_python`` the ``.py`` files are left out (the module finder serves them from memory),
-    but their folders are still created so ``Path(__file__).parent`` exists.
+    but their folders are still created so ``Path(__file__).parent`` exists. Paths are checked
+    lexically; ``root`` itself holds no symbolic links (the runner creates every folder in it).
     """
-    base = root.resolve()
+    made: set[str] = set()
     for rel, text in files.items():
-        target = (base / rel).resolve()
-        if rel.startswith("/") or not target.is_relative_to(base) or target == base:
-            raise AppLoadError(f"file path escapes the app folder: {rel!r}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not (skip_python and rel.endswith(".py")):
-            target.write_text(text, encoding="utf-8")
+        norm = safe_relpath(rel)
+        parent = posixpath.dirname(norm)
+        if parent not in made:
+            os.makedirs(os.path.join(root, parent), exist_ok=True)
+            made.add(parent)
+        if not (skip_python and norm.endswith(".py")):
+            with open(os.path.join(root, norm), "w", encoding="utf-8") as handle:
+                handle.write(text)
 
 
 class _CodeCache:
@@ -235,22 +247,26 @@ class InProcessRunner:
         One folder is reused from run to run: files and folders the new app does not have are
         removed (including anything the previous app wrote), the data files are written afresh."""
         root = self._root / "app-root"
-        base = root.resolve() if root.exists() else root
-        wanted_dirs = {base}
-        for rel in files:
-            if rel.startswith("/"):
-                raise AppLoadError(f"file path escapes the app folder: {rel!r}")
-            wanted_dirs.update((base / rel).parents)
+        wanted = {safe_relpath(rel) for rel in files}
+        wanted_dirs = {""}
+        for rel in wanted:
+            parent = posixpath.dirname(rel)
+            while parent not in wanted_dirs:
+                wanted_dirs.add(parent)
+                parent = posixpath.dirname(parent)
         if root.exists():
-            for dirpath, dirnames, filenames in os.walk(root, topdown=False):
-                here = Path(dirpath)
+            for dirpath, dirnames, filenames in os.walk(root, topdown=True):
+                here = os.path.relpath(dirpath, root)
+                here = "" if here == "." else here
                 for name in filenames:
-                    path = here / name
-                    if path.relative_to(base).as_posix() not in files or path.suffix == ".py":
-                        path.unlink()
-                for name in dirnames:
-                    if (here / name) not in wanted_dirs:
-                        shutil.rmtree(here / name)
+                    rel = posixpath.join(here, name) if here else name
+                    if rel not in wanted or rel.endswith(".py"):
+                        os.unlink(os.path.join(dirpath, name))
+                for name in list(dirnames):
+                    rel = posixpath.join(here, name) if here else name
+                    if rel not in wanted_dirs:
+                        shutil.rmtree(os.path.join(dirpath, name))
+                        dirnames.remove(name)
         materialize(files, root, skip_python=True)
         return root
 

@@ -158,12 +158,17 @@ def _record_rows(spec: ScenarioSpec, names: Names) -> list[dict[str, Any]]:
 
 def seed_json(spec: ScenarioSpec, names: Names) -> str:
     """The seeded users, sessions and records, as the ``data/seed.json`` file the store loads."""
-    seed = {
+    tables = {
         "users": _user_rows(spec, names),
         "sessions": [{"token": u.token, "user_id": _id_literal(names, u.user_id)} for u in spec.users],
         names.p: _record_rows(spec, names),
     }
-    return json.dumps(seed, indent=1, ensure_ascii=False) + "\n"
+    # One row per line: readable, diff-friendly, and written by the C encoder (indent= is pure Python).
+    blocks = []
+    for table, rows in tables.items():
+        body = ",\n".join(f"  {json.dumps(row, ensure_ascii=False)}" for row in rows)
+        blocks.append(f" {json.dumps(table)}: [\n{body}\n ]")
+    return "{\n" + ",\n".join(blocks) + "\n}\n"
 
 
 def store_lines(spec: ScenarioSpec, names: Names) -> tuple[list[str], list[str]]:
