@@ -62,3 +62,12 @@ def test_partial_fix_check_runs_for_two_site_scenarios(bundle_for, runner):
     bundle = next(b for b in map(bundle_for, range(40)) if len(b.sites) == 2 and b.spec is not None)
     report = check_scenario(bundle, runner, fail_fast=False)
     assert report.ok and "partial_fixes" in report.timings
+
+
+def test_a_probe_acting_as_an_unknown_user_is_refused_without_running_anything(bundle_for, runner):
+    bundle = bundle_for(3)
+    step = bundle.probes[0].steps[0].model_copy(update={"actor": "nobody.at.all"})
+    probe = bundle.probes[0].model_copy(update={"steps": (step,)})
+    report = check_scenario(bundle.model_copy(update={"probes": (probe,) + bundle.probes[1:]}), runner, fail_fast=False)
+    assert any("unknown user 'nobody.at.all'" in p for p in report.problems)
+    assert set(report.timings) == {"structure"}
