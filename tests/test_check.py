@@ -16,7 +16,7 @@ def test_generated_scenarios_pass(bundle_for, runner):
 def test_a_scenario_without_the_bug_is_refused_as_not_exploitable(bundle_for, runner):
     bundle = bundle_for(2)
     secure = render_app(bundle.spec, {})
-    report = check_scenario(bundle.model_copy(update={"files": secure.files}), runner, fail_fast=False)
+    report = check_scenario(bundle.model_copy(update={"files": secure.files}).with_id(), runner, fail_fast=False)
     assert any("[vulnerable]" in p and "not exploitable" in p for p in report.problems)
 
 
@@ -24,7 +24,7 @@ def test_a_reference_fix_that_fixes_nothing_is_refused(bundle_for, runner):
     bundle = bundle_for(2)
     path = next(iter(bundle.files))
     noop = f"--- a/{path}\n+++ b/{path}\n@@ -1,1 +1,2 @@\n {bundle.files[path].splitlines()[0]}\n+# fixed, honest\n"
-    report = check_scenario(bundle.model_copy(update={"reference_fix": noop}), runner, fail_fast=False)
+    report = check_scenario(bundle.model_copy(update={"reference_fix": noop}).with_id(), runner, fail_fast=False)
     assert any(p.startswith("[reference]") for p in report.problems)
 
 
@@ -32,7 +32,7 @@ def test_a_scenario_that_deny_all_would_solve_is_refused(bundle_for, runner):
     bundle = bundle_for(2)
     only_security = tuple(p for p in bundle.probes if p.kind == ProbeKind.SECURITY)
     visible = only_security[0].model_copy(update={"visible": False})
-    report = check_scenario(bundle.model_copy(update={"probes": (visible,) + only_security[1:]}), runner, fail_fast=False)
+    report = check_scenario(bundle.model_copy(update={"probes": (visible,) + only_security[1:]}).with_id(), runner, fail_fast=False)
     assert any("deny_all" in p for p in report.problems)
     assert any("delete_sites" in p for p in report.problems)
 
@@ -53,7 +53,7 @@ def test_a_trap_without_a_trap_probe_is_refused(bundle_for, runner):
 
 def test_a_stale_bundle_is_refused_by_the_determinism_check(bundle_for, runner):
     bundle = bundle_for(5)
-    stale = bundle.model_copy(update={"task": bundle.task + " (edited)"})
+    stale = bundle.model_copy(update={"task": bundle.task + " (edited)"}).with_id()
     report = check_scenario(stale, runner, fail_fast=False)
     assert any(p.startswith("[determinism]") for p in report.problems)
 
@@ -70,4 +70,4 @@ def test_a_probe_acting_as_an_unknown_user_is_refused_without_running_anything(b
     probe = bundle.probes[0].model_copy(update={"steps": (step,)})
     report = check_scenario(bundle.model_copy(update={"probes": (probe,) + bundle.probes[1:]}), runner, fail_fast=False)
     assert any("unknown user 'nobody.at.all'" in p for p in report.problems)
-    assert set(report.timings) == {"structure"}
+    assert set(report.timings) == {"actors"}

@@ -4,7 +4,8 @@ Like Gymnasium's ``check_env``, it is a list of small ``check_*`` functions. Eac
 problems it found as plain sentences; :func:`check_scenario` runs them all and returns a
 :class:`CheckReport`. A bundle is valid only when every check passes:
 
-* **structure**: probe ids unique, actors are seeded users, security probes hidden, at least one
+* **actors**: every probe acts as a seeded user or anonymously (nothing else runs otherwise);
+* **structure**: probe ids unique, security probes hidden, at least one
   visible probe, every trap backed by a trap probe, a non-empty reference fix;
 * **vulnerable**: the app as shipped loads, every regression, trap and visible probe passes, and every
   security probe fails (so an empty patch passes no security probe);
@@ -99,17 +100,24 @@ class CheckContext:
         return self._vulnerable
 
 
+def check_actors(ctx: CheckContext) -> list[str]:
+    """Every probe acts as a seeded user (or anonymously); without that no probe can even be sent."""
+    users = {u.username for u in ctx.bundle.users}
+    return [
+        f"probe {probe.id} acts as unknown user {step.actor!r}"
+        for probe in ctx.bundle.probes
+        for step in probe.steps
+        if step.actor is not None and step.actor not in users
+    ]
+
+
 def check_structure(ctx: CheckContext) -> list[str]:
     bundle = ctx.bundle
     problems = []
     ids = [p.id for p in bundle.probes]
     if len(set(ids)) != len(ids):
         problems.append("probe ids are not unique")
-    users = {u.username for u in bundle.users}
     for probe in bundle.probes:
-        for step in probe.steps:
-            if step.actor is not None and step.actor not in users:
-                problems.append(f"probe {probe.id} acts as unknown user {step.actor!r}")
         if probe.kind == ProbeKind.SECURITY and probe.visible:
             problems.append(f"security probe {probe.id} is visible (it would reveal the answer)")
     if not bundle.probes_of(ProbeKind.SECURITY):
@@ -208,6 +216,7 @@ def check_determinism(ctx: CheckContext) -> list[str]:
 
 
 CHECKS: tuple[tuple[str, Callable[[CheckContext], list[str]]], ...] = (
+    ("actors", check_actors),
     ("structure", check_structure),
     ("vulnerable", check_vulnerable),
     ("reference", check_reference),
@@ -238,8 +247,8 @@ def check_scenario(
         problems = check(ctx)
         report.timings[name] = time.perf_counter() - started
         report.problems += [f"[{name}] {p}" for p in problems]
-        if problems and (fail_fast or name == "structure"):
-            break  # (running the apps of a structurally broken bundle proves nothing)
+        if problems and (fail_fast or name == "actors"):
+            break  # (probes that name unknown users cannot be sent at all)
     return report
 
 
