@@ -183,3 +183,18 @@ def test_files_an_app_writes_do_not_reach_the_next_app(runner):
                         [_probe("/look", JsonEquals(path="leak", value=False), JsonEquals(path="notes", value=False),
                                 JsonEquals(path="data", value="v2"))], {})
     assert report.outcomes[0].passed, report.outcomes[0].failures
+
+
+def test_a_gated_batch_that_reaches_the_app_runs_in_a_fork_and_leaves_state_alone(runner):
+    from envcore.runner.base import Gate
+
+    counting = (_probe("/hit", JsonEquals(path="n", value=1)),)
+    gate_elsewhere = Gate(404, (r"^/other$",), "blocks another path")
+    reports = runner.run_batches(
+        AppSource({"app.py": APP}, "app:app"),
+        [Batch(counting, gate_elsewhere), Batch(counting, Gate(403, None, "deny all")), Batch(counting)],
+        {},
+    )
+    assert reports[0].outcomes[0].passed  # reached the app (in a fork)
+    assert not reports[1].outcomes[0].passed and reports[1].outcomes[0].steps[0].status == 403
+    assert reports[2].outcomes[0].passed  # the count is still fresh: neither gated batch changed state
