@@ -159,6 +159,33 @@ def write_cache(
     return manifest
 
 
+def add_to_cache(root: Path, entries: Iterable[CacheEntry | tuple[Bundle, str]], *, generator: str) -> dict[str, Any]:
+    """Add entries to the cache at ``root`` (created if missing) without rewriting what is there:
+    new bundle files are written, the manifest gains their rows and fresh counts, and its generator,
+    config and lineage stay as they were."""
+    root = Path(root)
+    manifest: dict[str, Any] = {}
+    if (root / MANIFEST).exists():
+        manifest = ScenarioCache.open(root).manifest
+    rows = {r["scenario_id"]: r for r in manifest.get("scenarios", [])}
+    for item in entries:
+        entry = item if isinstance(item, CacheEntry) else CacheEntry.of(*item)
+        _atomic_write(root / BUNDLES / f"{entry.scenario_id}.json.gz", entry.data)
+        rows[entry.scenario_id] = entry.row
+    ordered = sorted(rows.values(), key=lambda r: r["scenario_id"])
+    manifest = {
+        "cache_format": CACHE_FORMAT_VERSION,
+        "generator": manifest.get("generator", generator),
+        "version": root.name,
+        "lineage": manifest.get("lineage", {"parent": None}),
+        "config": manifest.get("config", {}),
+        "counts": counts(ordered),
+        "scenarios": ordered,
+    }
+    _atomic_write(root / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    return manifest
+
+
 def latest_version(base: Path = DEFAULT_ROOT) -> Path:
     """The newest ``vN`` folder under ``base`` (the default cache the runtime serves)."""
     versions = []

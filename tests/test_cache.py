@@ -166,3 +166,15 @@ def test_same_bundle_gives_the_same_file_bytes(tmp_path, built):
     write_cache(b, built.accepted[:5], generator=GENERATOR_VERSION)
     for f in (a / BUNDLES).iterdir():
         assert f.read_bytes() == (b / BUNDLES / f.name).read_bytes()
+
+
+def test_adding_to_a_cache_keeps_its_entries_config_and_lineage(cache_dir, bundle_for):
+    from envcore.cache import add_to_cache
+
+    before = ScenarioCache.open(cache_dir)
+    extra = bundle_for(777)
+    manifest = add_to_cache(cache_dir, [(extra, "test")], generator="import")
+    after = ScenarioCache.open(cache_dir)
+    assert len(after) == len(before) + 1 and after.load(extra.scenario_id) == extra
+    assert manifest["config"] == before.manifest["config"] and manifest["generator"] == before.manifest["generator"]
+    assert manifest["counts"]["total"]["scenarios"] == len(before) + 1

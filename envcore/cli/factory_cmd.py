@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from envcore.cache import CacheEntry, CacheError, CorruptEntryError, ScenarioCache, write_cache
+from envcore.cache import CacheEntry, CacheError, CorruptEntryError, ScenarioCache, add_to_cache, write_cache
 from envcore.cli.progress import progress_bar
 from envcore.factory.build import BuildReport, build, default_workers, verify_cache
 from envcore.factory.byo import ImportProblem, export_bundle_dir, load_bundle_dir
@@ -165,19 +165,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     if not report.ok:
         print(f"{args.folder} fails the scenario check:\n" + "\n".join(f"  - {p}" for p in report.problems))
         return 1
-    entries = []
-    generator, config, lineage = "import", None, None
-    if (args.out / "manifest.json").exists():
-        existing = _open(args.out)
-        generator = existing.manifest.get("generator", generator)
-        config, lineage = existing.manifest.get("config"), existing.manifest.get("lineage")
-        entries = [(b, existing.split_of(b.scenario_id)) for b in existing]
-        if existing.problems:
-            print(f"{args.out} has corrupt entries; repair it before importing into it:\n"
-                  + "\n".join(f"  - {p}" for p in existing.problems))
-            return 1
-    entries.append((bundle, args.split))
-    write_cache(args.out, entries, generator=generator, config=config, lineage=lineage)
+    add_to_cache(args.out, [(bundle, args.split)], generator="import")
     if not bundle.reference_fix:
         print("warning: no fix.diff, so nothing proves this scenario can be fixed")
     print(f"imported {bundle.scenario_id} ({bundle.title}) into {args.out} [{args.split}]")
