@@ -106,7 +106,7 @@ def expand(draft: SpecDraft, seed: int, *, author: str = "template") -> Scenario
     fields = domain.resource.fields
     owned = [
         ("victim", "read"), ("victim", "target_update"), ("victim", "target_delete"), ("victim", "own_edit"),
-        ("victim", "own_remove"), ("victim", "shared"), ("victim", "admin_target"), ("attacker", "attacker_own"), ("climber", "climber_own"),
+        ("victim", "own_remove"), ("attacker", "attacker_own"), ("climber", "climber_own"),
         ("bystander", "bystander_own"), ("admin", "admin_own"),
     ]
     records = []
@@ -117,7 +117,7 @@ def expand(draft: SpecDraft, seed: int, *, author: str = "template") -> Scenario
                 record_id=draw.object_id(prefix),
                 owner=cast[part].username,
                 values={f.name: draw.value(f) for f in fields},
-                share_code=f"shr_{draw.hex(12)}" if purpose == "shared" else None,
+                share_code=f"shr_{draw.hex(12)}" if purpose == "read" else None,
                 purpose=purpose,
             )
         )

@@ -61,7 +61,7 @@ def legitimate_use_probes(ctx: ProbeContext) -> list[Probe]:
         step(victim, "GET", ctx.detail(gone), StatusIn(codes=(404,))),
     ])
 
-    target = ctx.record("admin_target")
+    target = edit  # the owner renamed it above; an administrator renames it again
     moderated = f"Moderated {ctx.token('admin')}"
     maybe_trap("admin_access", f"administrators can read any {n.s}, sensitive fields included",
                [step(admin, "GET", ctx.detail(read), *ok(title, *ctx.secrets(read)))])
@@ -87,7 +87,7 @@ def legitimate_use_probes(ctx: ProbeContext) -> list[Probe]:
         maybe_trap("legacy_alias", f"the v1 alias still serves the owner's {n.s}",
                    [step(victim, "GET", ctx.detail(read, legacy=True), *ok(title))])
     if "shared" in features:
-        shared = ctx.record("shared")
+        shared = read  # the record the owner shared
         maybe_trap("public_route", "a share link works without signing in",
                    [step(None, "GET", f"/api/shared/{shared.share_code}", *ok(ctx.title(shared)))])
     if "profile" in features:

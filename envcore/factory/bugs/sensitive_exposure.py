@@ -40,7 +40,7 @@ def _probes(*sites: str):
                 )
             )
         if "shared" in sites:
-            record = ctx.record("shared")
+            record = ctx.record("read")  # the shared record
             out.append(
                 ctx.security(
                     f"a share link never reveals the {ctx.names.s}'s sensitive fields",
