@@ -7,8 +7,9 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
 * **actors**: every probe acts as a seeded user or anonymously (nothing else runs otherwise);
 * **structure**: probe ids unique, security probes hidden, at least one
   visible probe, every trap backed by a trap probe, a non-empty reference fix;
-* **vulnerable**: the app as shipped loads, every regression, trap and visible probe passes, and every
-  security probe fails (so an empty patch passes no security probe);
+* **vulnerable**: the app as shipped loads, every visible probe passes and every security probe fails
+  (so an empty patch passes no security probe);
+* **pass to pass**: every hidden regression and trap probe passes on the app as shipped too;
 * **reference**: with the reference fix applied, every probe passes;
 * **lazy fixes**: deny-all and delete-the-vulnerable-routes each fail at least one regression or trap
   probe (deny-the-vulnerable-routes blocks the same routes, so it fails whenever delete does);
@@ -76,8 +77,10 @@ CHECKED_LAZY_FIXES = ("deny_all", "delete_sites")
 class CheckContext:
     """Runs shared by several checks (the vulnerable app is loaded once for three probe batches)."""
 
-    def __init__(self, bundle: Bundle, runner: ProbeRunner) -> None:
+    def __init__(self, bundle: Bundle, runner: ProbeRunner, *, pass_to_pass: bool = True) -> None:
         self.bundle, self.runner = bundle, runner
+        self.pass_to_pass = pass_to_pass
+        """Whether the shipped app runs every probe (else only the visible and security ones)."""
         self._vulnerable: list[RunReport] | None = None
 
     def guard_probes(self) -> tuple[Probe, ...]:
@@ -94,7 +97,10 @@ class CheckContext:
             patterns = tuple(path_pattern(s.path) for s in self.bundle.sites)
             guards = self.guard_probes()
             batches = [Batch(guards, LAZY_GATES[kind](patterns), True) for kind in CHECKED_LAZY_FIXES]
-            batches.append(Batch(tuple(self.bundle.probes)))
+            shipped = [
+                p for p in self.bundle.probes if self.pass_to_pass or p.visible or p.kind == ProbeKind.SECURITY
+            ]
+            batches.append(Batch(tuple(shipped)))
             source = AppSource(self.bundle.files, self.bundle.entrypoint)
             self._vulnerable = self.runner.run_batches(source, batches, _tokens(self.bundle))
         return self._vulnerable
@@ -140,6 +146,7 @@ def check_structure(ctx: CheckContext) -> list[str]:
 
 
 def check_vulnerable(ctx: CheckContext) -> list[str]:
+    """The app as shipped loads, every visible probe passes, every security probe fails."""
     report = ctx.vulnerable_runs[-1]
     if not report.loaded:
         return [f"the vulnerable app does not load: {report.load_error}"]
@@ -147,11 +154,22 @@ def check_vulnerable(ctx: CheckContext) -> list[str]:
     for outcome in report.outcomes:
         if outcome.kind == ProbeKind.SECURITY and outcome.passed:
             problems.append(f"security probe {outcome.probe_id} already passes on the vulnerable app (not exploitable)")
-        if outcome.kind != ProbeKind.SECURITY and not outcome.passed:
-            problems.append(
-                f"{outcome.kind.value} probe {outcome.probe_id} fails on the vulnerable app: {outcome.failures[:2]}"
-            )
+        if outcome.visible and not outcome.passed:
+            problems.append(f"visible probe {outcome.probe_id} fails on the vulnerable app: {outcome.failures[:2]}")
     return problems
+
+
+def check_pass_to_pass(ctx: CheckContext) -> list[str]:
+    """Every hidden regression and trap probe already passes on the app as shipped (SWE-bench's
+    pass-to-pass): they describe legitimate use, not the fix."""
+    report = ctx.vulnerable_runs[-1]
+    if not report.loaded:
+        return []  # reported by check_vulnerable
+    return [
+        f"{o.kind.value} probe {o.probe_id} fails on the vulnerable app: {o.failures[:2]}"
+        for o in report.outcomes
+        if o.kind != ProbeKind.SECURITY and not o.visible and not o.passed
+    ]
 
 
 def check_reference(ctx: CheckContext) -> list[str]:
@@ -219,6 +237,7 @@ CHECKS: tuple[tuple[str, Callable[[CheckContext], list[str]]], ...] = (
     ("actors", check_actors),
     ("structure", check_structure),
     ("vulnerable", check_vulnerable),
+    ("pass_to_pass", check_pass_to_pass),
     ("reference", check_reference),
     ("lazy_fixes", check_lazy_fixes),
     ("partial_fixes", check_partial_fixes),
@@ -238,7 +257,7 @@ def check_scenario(
     ``skip`` names checks to leave out; the factory skips ``determinism`` for a bundle it compiled
     from the spec a moment earlier in the same process (the cache check and the tests still run it).
     """
-    ctx = CheckContext(bundle, runner or _default_runner())
+    ctx = CheckContext(bundle, runner or _default_runner(), pass_to_pass="pass_to_pass" not in skip)
     report = CheckReport(scenario_id=bundle.scenario_id or bundle.content_hash()[:16])
     for name, check in CHECKS:
         if name in skip:
