@@ -82,6 +82,14 @@ class CheckContext:
         self.pass_to_pass = pass_to_pass
         """Whether the shipped app runs every probe (else only the visible and security ones)."""
         self._vulnerable: list[RunReport] | None = None
+        self._hash: str | None = None
+
+    @property
+    def content_hash(self) -> str:
+        """The bundle's content hash, computed once for every check that needs it."""
+        if self._hash is None:
+            self._hash = self.bundle.content_hash()
+        return self._hash
 
     def guard_probes(self) -> tuple[Probe, ...]:
         """Regression and trap probes, those touching a vulnerable route first (so lazy fixes fail fast)."""
@@ -140,7 +148,7 @@ def check_structure(ctx: CheckContext) -> list[str]:
             problems.append("second_site trap but security probes cover fewer than two sites")
     if not bundle.reference_fix.strip() and bundle.generator != "import":
         problems.append("empty reference fix")
-    if bundle.scenario_id and bundle.scenario_id != bundle.content_hash()[: len(bundle.scenario_id)]:
+    if bundle.scenario_id and bundle.scenario_id != ctx.content_hash[: len(bundle.scenario_id)]:
         problems.append("scenario id does not match the content hash")
     return problems
 
@@ -228,7 +236,7 @@ def check_determinism(ctx: CheckContext) -> list[str]:
     if bundle.spec is None:
         return []
     again = compile_spec(bundle.spec)
-    if again.canonical_json() != bundle.canonical_json():
+    if again.content_hash() != ctx.content_hash:
         return ["compiling the spec again gives different bytes (non-deterministic generator or stale bundle)"]
     return []
 
@@ -258,7 +266,7 @@ def check_scenario(
     from the spec a moment earlier in the same process (the cache check and the tests still run it).
     """
     ctx = CheckContext(bundle, runner or _default_runner(), pass_to_pass="pass_to_pass" not in skip)
-    report = CheckReport(scenario_id=bundle.scenario_id or bundle.content_hash()[:16])
+    report = CheckReport(scenario_id=bundle.scenario_id or ctx.content_hash[:16])
     for name, check in CHECKS:
         if name in skip:
             continue
