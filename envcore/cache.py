@@ -55,11 +55,6 @@ def _canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def bundle_bytes(bundle: Bundle) -> bytes:
-    """Deterministic gzip of the bundle's canonical JSON (mtime fixed, so same bundle -> same bytes)."""
-    return gzip.compress(_canonical(bundle.model_dump(mode="json")).encode("utf-8"), compresslevel=6, mtime=0)
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -74,10 +69,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def manifest_row(bundle: Bundle, split: str) -> dict[str, Any]:
-    return {**bundle.summary(), "sha256": bundle.content_hash(), "split": split}
-
-
 @dataclass(frozen=True)
 class CacheEntry:
     """A bundle ready to be written: its manifest row and its file bytes. Build workers send these
@@ -88,7 +79,8 @@ class CacheEntry:
 
     @classmethod
     def of(cls, bundle: Bundle, split: str) -> "CacheEntry":
-        """Serialise once: the canonical JSON gives the hash, the same dump gives the file bytes."""
+        """Serialise once: the canonical JSON gives the hash, the same dump gives the file bytes
+        (deterministic gzip, mtime fixed: the same bundle always gives the same bytes)."""
         data = bundle.model_dump(mode="json")
         data.pop("scenario_id")
         digest = hashlib.sha256(_canonical(data).encode("utf-8")).hexdigest()
@@ -119,6 +111,32 @@ def counts(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return out
 
 
+def _write_entries(root: Path, entries: Iterable[CacheEntry | tuple[Bundle, str]]) -> dict[str, dict]:
+    """Write each entry's bundle file; return their manifest rows by id (a duplicate is written once)."""
+    rows: dict[str, dict] = {}
+    for item in entries:
+        entry = item if isinstance(item, CacheEntry) else CacheEntry.of(*item)
+        if entry.scenario_id not in rows:
+            _atomic_write(root / BUNDLES / f"{entry.scenario_id}.json.gz", entry.data)
+            rows[entry.scenario_id] = entry.row
+    return rows
+
+
+def _write_manifest(root: Path, rows: dict[str, dict], *, generator: str, config: dict, lineage: dict) -> dict:
+    ordered = sorted(rows.values(), key=lambda r: r["scenario_id"])
+    manifest = {
+        "cache_format": CACHE_FORMAT_VERSION,
+        "generator": generator,
+        "version": root.name,
+        "lineage": lineage,
+        "config": config,
+        "counts": counts(ordered),
+        "scenarios": ordered,
+    }
+    _atomic_write(root / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    return manifest
+
+
 def write_cache(
     root: Path,
     entries: Iterable[CacheEntry | tuple[Bundle, str]],
@@ -133,57 +151,28 @@ def write_cache(
     ``entries`` are :class:`CacheEntry` values or ``(bundle, split)`` pairs; duplicates (same content
     hash) are written once."""
     root = Path(root)
-    rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for item in entries:
-        entry = item if isinstance(item, CacheEntry) else CacheEntry.of(*item)
-        if entry.scenario_id in seen:
-            continue
-        seen.add(entry.scenario_id)
-        _atomic_write(root / BUNDLES / f"{entry.scenario_id}.json.gz", entry.data)
-        rows.append(entry.row)
-    rows.sort(key=lambda r: r["scenario_id"])
-    manifest = {
-        "cache_format": CACHE_FORMAT_VERSION,
-        "generator": generator,
-        "version": root.name,
-        "lineage": lineage or {"parent": None},
-        "config": config or {},
-        "counts": counts(rows),
-        "scenarios": rows,
-    }
+    rows = _write_entries(root, entries)
     reject_rows = list(rejects)
     if reject_rows:
         _atomic_write(root / REJECTS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in reject_rows).encode())
-    _atomic_write(root / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    return manifest
+    return _write_manifest(root, rows, generator=generator, config=config or {}, lineage=lineage or {"parent": None})
 
 
 def add_to_cache(root: Path, entries: Iterable[CacheEntry | tuple[Bundle, str]], *, generator: str) -> dict[str, Any]:
-    """Add entries to the cache at ``root`` (created if missing) without rewriting what is there:
-    new bundle files are written, the manifest gains their rows and fresh counts, and its generator,
-    config and lineage stay as they were."""
+    """Add entries to the cache at ``root`` (created if missing, with ``generator``) without rewriting
+    what is there: new bundle files are written, the manifest gains their rows and fresh counts, and
+    its generator, config and lineage stay as they were."""
     root = Path(root)
-    manifest: dict[str, Any] = {}
-    if (root / MANIFEST).exists():
-        manifest = ScenarioCache.open(root).manifest
+    manifest: dict[str, Any] = ScenarioCache.open(root).manifest if (root / MANIFEST).exists() else {}
     rows = {r["scenario_id"]: r for r in manifest.get("scenarios", [])}
-    for item in entries:
-        entry = item if isinstance(item, CacheEntry) else CacheEntry.of(*item)
-        _atomic_write(root / BUNDLES / f"{entry.scenario_id}.json.gz", entry.data)
-        rows[entry.scenario_id] = entry.row
-    ordered = sorted(rows.values(), key=lambda r: r["scenario_id"])
-    manifest = {
-        "cache_format": CACHE_FORMAT_VERSION,
-        "generator": manifest.get("generator", generator),
-        "version": root.name,
-        "lineage": manifest.get("lineage", {"parent": None}),
-        "config": manifest.get("config", {}),
-        "counts": counts(ordered),
-        "scenarios": ordered,
-    }
-    _atomic_write(root / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    return manifest
+    rows.update(_write_entries(root, entries))  # a re-imported scenario takes its new row
+    return _write_manifest(
+        root,
+        rows,
+        generator=manifest.get("generator", generator),
+        config=manifest.get("config", {}),
+        lineage=manifest.get("lineage", {"parent": None}),
+    )
 
 
 def latest_version(base: Path = DEFAULT_ROOT) -> Path:

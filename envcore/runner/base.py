@@ -12,7 +12,7 @@ An app that fails to load (syntax error, import error, startup crash) is an ordi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from envcore.scenario.probes import Probe, ProbeOutcome
@@ -39,7 +39,6 @@ class RunReport:
     elapsed_s: float = 0.0
     requests: int = 0
     stopped_early: bool = False
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def loaded(self) -> bool:
