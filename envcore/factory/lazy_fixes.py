@@ -6,7 +6,8 @@
 
 Each works on any FastAPI bundle, generated or imported, by appending a few lines to the module that
 defines the app (named by the entrypoint), so the check needs no knowledge of the app's layout. The
-scenario check requires every lazy fix to fail at least one regression or trap probe; the reward
+scenario check requires deny-all and delete-the-routes to fail at least one regression or trap probe
+(deny-the-routes blocks the same routes as delete, so it fails with it); the reward
 tests of the runtime reuse the same patches.
 """
 
