@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import platform
 import os
+import platform
+import statistics
+import time
 
 from envcore.cli.progress import progress_bar
 from envcore.factory.build import build, default_workers
@@ -27,6 +29,20 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--full", action="store_true",
                    help="also measure with the whole scenario check (partial fixes and pass-to-pass too)")
     p.set_defaults(func=cmd_factory)
+
+    v = cmds.add_parser("verify", help="sandboxed verification latency, live requests, memory, throughput",
+                        description="Verify N shipped scenarios patched with their reference fixes through the "
+                        "sandbox and print p50/p95 latency, side by side in the same run with the same probes "
+                        "run in-process (no isolation) and the naive way (pytest + TestClient in a fresh "
+                        "subprocess). Also: one request through a live worker, unique memory per live worker, "
+                        "and verifications per second with every core busy. Linux only.")
+    v.add_argument("--cache", default="artifacts/scenarios/v1", help="scenario cache to take bundles from")
+    v.add_argument("--n", type=int, default=40, help="scenarios to verify (default 40)")
+    v.add_argument("--rounds", type=int, default=3, help="verifications of each scenario (default 3)")
+    v.add_argument("--naive", type=int, default=5, help="scenarios for the naive baseline (default 5; ~2 s each)")
+    v.add_argument("--throughput-s", type=float, default=10.0, help="seconds of the throughput run (default 10)")
+    v.add_argument("--spares", type=int, default=2, help="spare workers the sandbox keeps ready (default 2)")
+    v.set_defaults(func=cmd_verify)
 
 
 def cmd_factory(args: argparse.Namespace) -> int:
@@ -54,3 +70,59 @@ def _measure(config: FactoryConfig, args: argparse.Namespace, workers: int, *, f
           f"{report.verified_per_s:.1f} verified scenarios/s; rejects {report.reject_share:.1%}; "
           f"distinct hashes {len(hashes)}")
     return report
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from envcore.cache import ScenarioCache
+    from envcore.sandbox import Sandbox, supported_platform
+    from envcore.verifier import bench
+
+    problem = supported_platform()
+    if problem:
+        print(f"cannot run: {problem}")
+        return 2
+    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()}, "
+          f"kernel {platform.release()}")
+    items = bench.patched_bundles(ScenarioCache.open(args.cache), args.n)
+    steps = sorted(sum(len(p.steps) for p in b.probes) for b, _ in items)
+    print(f"scenarios: {len(items)} (requests per verification: median {steps[len(steps) // 2]}, max {steps[-1]})")
+    t0 = time.perf_counter()
+    for bundle, _ in items:
+        bench.shadow_for(bundle)
+    print(f"shadow identities built once per scenario: {(time.perf_counter() - t0) * 1000 / len(items):.1f} ms each")
+
+    with Sandbox(spares=args.spares) as sandbox:
+        t0 = time.perf_counter()
+        sandbox.ping()
+        resolutions: dict[str, int] = {}
+        count = lambda r: resolutions.__setitem__(r, resolutions.get(r, 0) + 1)  # noqa: E731
+        bench.measure_sandbox(sandbox, items[:3], 1, lambda r: None)  # first contact: spares, caches
+        sandboxed = bench.measure_sandbox(sandbox, items, args.rounds, count)
+        inprocess = bench.measure_inprocess(items, args.rounds)
+        naive = bench.measure_naive(items[: args.naive]) if args.naive else None
+        live, memory = bench.measure_live(sandbox, items[:5], 200)
+        threads = bench.default_threads()
+        rate, total = bench.measure_throughput(sandbox, items, args.throughput_s, threads)
+        layers = next(iter([verify_layers(sandbox, items[0])]))
+
+    print(f"resolutions (reference fixes): {resolutions}")
+    print(f"sandbox verification (whole verify() call): {sandboxed.line()}")
+    print(f"in-process, no isolation (same probes):     {inprocess.line()}; "
+          f"sandbox / in-process = {sandboxed.p50 / inprocess.p50:.2f}x")
+    if naive:
+        print(f"naive pytest + TestClient subprocess:       {naive.line()}; "
+              f"sandbox is {naive.p50 / sandboxed.p50:.0f}x faster (p50 ratio)")
+    print(f"one request through a live worker: {live.line()}")
+    if memory:
+        print(f"unique memory (USS) per live worker: median {statistics.median(memory) / 1024:.1f} MB, "
+              f"max {max(memory) / 1024:.1f} MB (n={len(memory)})")
+    print(f"throughput, {threads} threads on {os.cpu_count()} CPUs: {rate:.1f} verifications/s ({total} in "
+          f"{args.throughput_s:g} s)")
+    print(f"containment layers: {layers}")
+    return 0
+
+
+def verify_layers(sandbox, item) -> dict:
+    from envcore.verifier import verify
+
+    return verify(item[0], item[1], sandbox=sandbox).containment

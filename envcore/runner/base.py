@@ -39,6 +39,10 @@ class RunReport:
     elapsed_s: float = 0.0
     requests: int = 0
     stopped_early: bool = False
+    containment: Mapping[str, object] | None = None
+    """The isolation layers the app ran under (sandboxed backends only)."""
+    restarts: int = 0
+    """Times the app's process was replaced after crashing or hanging (sandboxed backends only)."""
 
     @property
     def loaded(self) -> bool:

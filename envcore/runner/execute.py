@@ -39,6 +39,30 @@ def judge(step: ProbeStep, response: HttpResponse) -> StepResult:
     return StepResult(status=response.status, body_excerpt=excerpt, failures=tuple(failures))
 
 
+def plan_requests(probes: Sequence[Probe], tokens: Mapping[str, str]) -> list[HttpRequest]:
+    """Every step of every probe as a request, in the order they are sent."""
+    return [step_request(step, tokens) for probe in probes for step in probe.steps]
+
+
+def assemble_outcomes(
+    probes: Sequence[Probe], responses: Sequence[HttpResponse], *, stop_on_failure: bool = False
+) -> tuple[list[ProbeOutcome], bool]:
+    """Judge ``responses`` (one per step, in :func:`plan_requests` order); return (outcomes, stopped early).
+
+    With ``stop_on_failure`` the outcomes end at the first failed probe, exactly as if the run had
+    stopped there (a backend that sends every request up front still reports the same result)."""
+    outcomes: list[ProbeOutcome] = []
+    index = 0
+    for probe in probes:
+        results = tuple(judge(step, responses[index + i]) for i, step in enumerate(probe.steps))
+        index += len(probe.steps)
+        passed = all(not r.failures for r in results)
+        outcomes.append(ProbeOutcome(probe_id=probe.id, kind=probe.kind, visible=probe.visible, passed=passed, steps=results))
+        if stop_on_failure and not passed:
+            return outcomes, len(outcomes) < len(probes)
+    return outcomes, False
+
+
 async def run_probes(
     send: Send,
     probes: Sequence[Probe],

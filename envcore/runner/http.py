@@ -54,6 +54,8 @@ class HttpResponse:
     body: bytes = b""
     error: str | None = None
     truncated: bool = False
+    note: str | None = None
+    """Said by the runner, not the app (e.g. that the app was restarted before this request)."""
 
 
 def _scope(request: HttpRequest) -> dict[str, Any]:

@@ -147,8 +147,18 @@ def _short_traceback(exc: BaseException, root: Path) -> str:
     return f"{type(exc).__name__}{where}: {exc}"
 
 
-def import_app(root: Path, files: Mapping[str, str], entrypoint: str, cache: _CodeCache | None = None) -> Any:
-    """Import ``module:attr`` of ``files`` (already written under ``root``) without leaving modules behind."""
+def import_app(
+    root: Path,
+    files: Mapping[str, str],
+    entrypoint: str,
+    cache: _CodeCache | None = None,
+    *,
+    keep_modules: bool = False,
+) -> Any:
+    """Import ``module:attr`` of ``files`` (already written under ``root``) without leaving modules behind.
+
+    With ``keep_modules`` (a process that serves only this app) the app's modules and its finder
+    stay installed, so that imports the app makes later, inside a handler, still work."""
     module_name, sep, attr = entrypoint.partition(":")
     if not sep or not module_name or not attr.isidentifier():
         raise AppLoadError(f"entrypoint must look like 'module:attribute', got {entrypoint!r}")
@@ -174,15 +184,21 @@ def import_app(root: Path, files: Mapping[str, str], entrypoint: str, cache: _Co
     except (Exception, SystemExit) as exc:
         raise AppLoadError(_short_traceback(exc, root)) from None
     finally:
-        sys.meta_path.remove(finder)
-        sys.path.remove(root_str)
-        for key in [k for k in sys.path_importer_cache if k.startswith(root_str)]:
-            del sys.path_importer_cache[key]
-        for name in set(sys.modules) - before:
-            module = sys.modules[name]
-            if name == top or name.startswith(top + ".") or str(getattr(module, "__file__", "") or "").startswith(root_str):
-                del sys.modules[name]
-        sys.modules.update(shadowed)
+        if not keep_modules:
+            _forget_app(finder, root_str, before, top, shadowed)
+
+
+def _forget_app(finder: "_AppFinder", root_str: str, before: set[str], top: str, shadowed: dict) -> None:
+    """Undo what importing an app did to the import system."""
+    sys.meta_path.remove(finder)
+    sys.path.remove(root_str)
+    for key in [k for k in sys.path_importer_cache if k.startswith(root_str)]:
+        del sys.path_importer_cache[key]
+    for name in set(sys.modules) - before:
+        module = sys.modules[name]
+        if name == top or name.startswith(top + ".") or str(getattr(module, "__file__", "") or "").startswith(root_str):
+            del sys.modules[name]
+    sys.modules.update(shadowed)
 
 
 def _endpoint_context_cache() -> dict | None:

@@ -1,0 +1,144 @@
+"""The worker's audit-hook policy: Python-level refusals with clear messages.
+
+CPython raises an *audit event* before sensitive operations (``open``, ``os.system``,
+``socket.__new__``, ``ctypes.dlopen``, ``import``...); a hook installed with ``sys.addaudithook``
+cannot be removed and may veto an event by raising. The worker installs :class:`AuditPolicy` as
+the last step before app code runs. It refuses:
+
+* file access outside the workspace (reads are also allowed inside the Python installation, so an
+  app may import a module nobody imported before), links and symlinks, and more than
+  ``max_new_files`` newly created files;
+* processes and programs (``os.system``, ``os.exec*``, ``os.fork``, ``subprocess``, ``pty``),
+  signals (``os.kill``), sockets and every network client in the standard library;
+* ``ctypes`` in any form, SQLite extension loading, ``fcntl.ioctl``, changing resource limits,
+  installing audit hooks, and the garbage collector's object walks;
+* importing modules that exist only to do the above (``ctypes``, ``_posixsubprocess``,
+  ``multiprocessing``...).
+
+Audit hooks are **not** a security boundary on their own: pure-Python tricks can reach objects the
+hook relies on, and C code does not raise events. They are the first of several layers and the one
+that explains itself; the kernel layers (:mod:`~envcore.sandbox.seccomp`,
+:mod:`~envcore.sandbox.landlock`, resource limits) hold even when this one is bypassed. Nothing
+secret lives in a worker in the first place: it is forked from a zygote that never sees probes,
+reference fixes or the grader's memory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Iterable
+
+DENIED_EVENTS = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+    "os.link", "os.symlink", "subprocess.Popen", "pty.spawn", "signal.pthread_kill", "fcntl.ioctl",
+    "resource.setrlimit", "resource.prlimit", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
+    "gc.get_referents", "sqlite3.enable_load_extension", "sqlite3.load_extension", "webbrowser.open",
+    "urllib.Request", "http.client.connect", "ftplib.connect", "smtplib.connect", "poplib.connect",
+    "imaplib.open", "nntplib.connect", "telnetlib.Telnet.open", "os.startfile", "winreg.ConnectRegistry",
+})
+DENIED_PREFIXES = ("ctypes.", "socket.", "_winapi.", "msvcrt.")
+DENIED_MODULES = frozenset({
+    "ctypes", "_ctypes", "_posixsubprocess", "subprocess", "multiprocessing", "_multiprocessing", "pty",
+    "_xxsubinterpreters", "_testcapi", "_testinternalcapi",
+})
+"""Modules whose only use in an app would be an escape (importing a network or file module is
+fine: using it raises the events above)."""
+WRITE_PATH_EVENTS = {  # event -> positions of path arguments to check for writing
+    "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.truncate": (0,),
+    "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,), "os.chflags": (0,), "os.setxattr": (0,),
+    "os.removexattr": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.copymode": (1,),
+    "shutil.copystat": (1,), "shutil.copytree": (1,), "shutil.move": (0, 1), "shutil.chown": (0,),
+    "shutil.make_archive": (0,), "shutil.unpack_archive": (1,), "tempfile.mkstemp": (0,),
+    "tempfile.mkdtemp": (0,),
+}
+READ_PATH_EVENTS = {
+    "os.listdir": (0,), "os.scandir": (0,), "os.chdir": (0,), "os.getxattr": (0,), "os.listxattr": (0,),
+    "shutil.copyfile": (0,), "shutil.copytree": (0,), "shutil.unpack_archive": (0,),
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class SandboxViolation(PermissionError):
+    """Raised inside the worker when the policy refuses an operation."""
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+
+class AuditPolicy:
+    """Decides audit events for one worker. :meth:`decide` is pure apart from the file counter."""
+
+    __slots__ = ("workspace", "read_roots", "max_new_files", "new_files")
+
+    def __init__(self, workspace: str, read_roots: Iterable[str], max_new_files: int) -> None:
+        self.workspace = (os.path.abspath(workspace),)
+        self.read_roots = tuple(os.path.abspath(r) for r in read_roots) + self.workspace
+        self.max_new_files = max_new_files
+        self.new_files = 0
+
+    def _path(self, value: Any) -> str | None:
+        """An absolute path for a path-like argument, ``None`` for an open descriptor."""
+        if value is None or isinstance(value, int):
+            return None
+        try:
+            path = os.fsdecode(os.fspath(value))
+        except TypeError:
+            return "<not a path>"
+        return os.path.abspath(path)
+
+    def _may_write(self, value: Any) -> str | None:
+        path = self._path(value)
+        if path is not None and not _under(path, self.workspace):
+            return f"writing outside the workspace is not allowed: {path}"
+        return None
+
+    def _may_read(self, value: Any) -> str | None:
+        path = self._path(value)
+        if path is not None and not _under(path, self.read_roots):
+            return f"reading outside the workspace is not allowed: {path}"
+        return None
+
+    def decide(self, event: str, args: tuple[Any, ...]) -> str | None:
+        """``None`` to allow ``event``, else the reason it is refused."""
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            writing = bool((flags or 0) & _WRITE_FLAGS) or (isinstance(mode, str) and any(c in mode for c in "wax+"))
+            reason = self._may_write(path) if writing else self._may_read(path)
+            if reason is None and writing and (flags or 0) & os.O_CREAT:
+                target = self._path(path)
+                if target is not None and not os.path.exists(target):
+                    self.new_files += 1
+                    if self.new_files > self.max_new_files:
+                        return f"the app may create at most {self.max_new_files} files"
+            return reason
+        if event in DENIED_EVENTS or event.startswith(DENIED_PREFIXES):
+            return f"{event} is not allowed in the sandbox"
+        if event == "import":
+            name = str(args[0]) if args else ""
+            if name in DENIED_MODULES or name.split(".")[0] in DENIED_MODULES:
+                return f"importing {name} is not allowed in the sandbox"
+            return None
+        if event == "sqlite3.connect":
+            database = os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes)) else ""
+            if database in ("", ":memory:") or database.startswith("file::memory:"):
+                return None
+            return self._may_write(database.removeprefix("file:").split("?")[0])
+        for index in WRITE_PATH_EVENTS.get(event, ()):
+            if index < len(args) and (reason := self._may_write(args[index])):
+                return reason
+        for index in READ_PATH_EVENTS.get(event, ()):
+            if index < len(args) and (reason := self._may_read(args[index])):
+                return reason
+        return None
+
+    def install(self) -> None:
+        decide = self.decide
+
+        def hook(event: str, args: tuple[Any, ...]) -> None:
+            reason = decide(event, args)
+            if reason is not None:
+                raise SandboxViolation(reason)
+
+        sys.addaudithook(hook)

@@ -1,0 +1,104 @@
+"""Landlock for workers: the kernel limits which files the app can touch, whatever Python does.
+
+Landlock (Linux 5.13+) lets an unprivileged process give up rights for good. A worker keeps:
+
+* read access to the Python installation (standard library, site-packages, compiled modules) and
+  the system's shared-library folders, so that an app may still import a module nobody imported
+  before it;
+* full access, except executing and making devices, pipes, sockets or links, to its own workspace.
+
+Everything else is refused by the kernel: the scenario cache with its hidden probes and reference
+fixes, the project's source, ``/proc`` (other processes, the environment of the parent), ``/etc``,
+home folders. On kernels with Landlock ABI 4 or later the worker also loses TCP bind and connect,
+and on ABI 6 or later it can no longer signal processes outside its domain or reach abstract unix
+sockets. :func:`restrict` reports what it could apply; a kernel without Landlock leaves the audit
+hook (see :mod:`envcore.sandbox.audit`) as the file-access guard, and the report says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from typing import Iterable
+
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64 and arm64
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+_FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+
+READ_ONLY = READ_FILE | READ_DIR
+WORKSPACE = WRITE_FILE | READ_FILE | READ_DIR | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | TRUNCATE
+
+SHARED_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI version, 0 if Landlock is unavailable."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"):
+        return 0
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    version = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    return max(int(version), 0)
+
+
+def restrict(read_only: Iterable[str], read_write: Iterable[str]) -> tuple[int, str | None]:
+    """Restrict this process for good; return (ABI used, ``None`` or why nothing was applied)."""
+    abi = abi_version()
+    if abi < 1:
+        return 0, "Landlock is not available in this kernel"
+    handled_fs = _FS_BY_ABI[max(k for k in _FS_BY_ABI if k <= abi)]
+    attr = _RulesetAttr(handled_fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+                        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return 0, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"
+    try:
+        for paths, access in ((read_only, READ_ONLY), (read_write, WORKSPACE)):
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue  # a folder this system does not have
+                try:
+                    is_dir = os.path.isdir(path)
+                    rule = _PathBeneathAttr((access & handled_fs) if is_dir else (access & handled_fs & (READ_FILE | WRITE_FILE | TRUNCATE)), fd)
+                    if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                                    ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                        return 0, f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}"
+                finally:
+                    os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return 0, f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+        if libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return 0, f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}"
+    finally:
+        os.close(ruleset)
+    return abi, None

@@ -1,0 +1,106 @@
+"""The live app behind an episode's request tool: one worker with the current code.
+
+An agent explores the app by sending it requests between patches. :class:`LiveApp` keeps one worker
+loaded with the episode's current files; :meth:`LiveApp.update` (after each patch) drops it, and
+the next request loads the new code in a fresh worker, so the agent always talks to what it wrote,
+from a clean state. A request that crashes or hangs the app comes back as a response with
+``status=None`` and an ``error`` saying what happened; the next request gets a fresh worker. A
+worker idle for ``limits.idle_s`` is stopped by the sandbox's reaper and reloaded on demand (the
+next response says the app was restarted, since its state is gone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from envcore.runner.base import AppSource
+from envcore.runner.http import HttpRequest, HttpResponse
+from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone
+
+
+class LiveApp:
+    """One episode's running app. Thread-safe; requests are served one at a time."""
+
+    def __init__(self, sandbox: Sandbox, source: AppSource) -> None:
+        self.sandbox = sandbox
+        self.source = source
+        self.restarts = 0
+        """Times a new worker was started for the same code (after a crash, hang or idle stop)."""
+        self.load_error: str | None = None
+        self._worker: Worker | None = None
+        self._served_this_code = False
+        self._lock = threading.Lock()
+        sandbox.register_live(self)
+
+    def update(self, source: AppSource) -> None:
+        """Serve ``source`` from the next request on (the old worker is stopped now)."""
+        with self._lock:
+            self.source = source
+            self.load_error = None
+            self._served_this_code = False
+            self._stop()
+
+    def request(self, request: HttpRequest) -> HttpResponse:
+        """Send one request to the app as it is now."""
+        with self._lock:
+            restarted = False
+            if self._worker is None:
+                restarted = self._served_this_code
+                worker = self.sandbox.spawn(self.source)
+                try:
+                    worker.wait_ready(self.sandbox.limits.load_timeout_s)
+                except AppLoadFailure as exc:
+                    self.load_error = str(exc)
+                    return HttpResponse(None, error=f"the app failed to load: {exc}")
+                self._worker = worker
+                self.load_error = None
+                if restarted:
+                    self.restarts += 1
+            try:
+                response = self._worker.request(request, self.sandbox.limits.request_timeout_s)
+            except WorkerGone as exc:
+                self._stop()
+                self._served_this_code = True
+                return HttpResponse(None, error=f"{exc}; the next request starts the app afresh")
+            self._served_this_code = True
+            if restarted:
+                note = "the app was restarted since the last request (its in-memory state was reset)"
+                response = dataclasses.replace(response, note=note)
+            return response
+
+    @property
+    def running(self) -> bool:
+        return self._worker is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self._worker.pid if self._worker else None
+
+    def stop_if_idle(self, idle_s: float) -> bool:
+        """Stop the worker if it has served nothing for ``idle_s``; called by the sandbox's reaper."""
+        if not self._lock.acquire(blocking=False):
+            return False  # busy serving: not idle
+        try:
+            if self._worker is not None and time.monotonic() - self._worker.last_used >= idle_s:
+                self._stop()
+                return True
+            return False
+        finally:
+            self._lock.release()
+
+    def _stop(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def __enter__(self) -> "LiveApp":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

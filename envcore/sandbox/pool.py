@@ -1,0 +1,551 @@
+"""The parent's side of the sandbox: a zygote to fork from and the workers it hands out.
+
+:class:`Sandbox` starts the zygote (:mod:`envcore.sandbox.zygote`) with a scrubbed environment,
+warms it up, and turns ``spawn(source)`` into a :class:`Worker`: a forked process that has loaded
+the app and answers requests over its own socket. Workers are bounded by a pool (``max_workers``);
+asking for one more than that waits ``pool_wait_s`` and then fails as an infrastructure error.
+
+Failures are sorted by whose fault they are:
+
+* the app's (it did not load, crashed, hung, broke the protocol): :class:`AppLoadFailure` when
+  loading, :class:`WorkerGone` later. Graded as the app's behaviour.
+* ours (the zygote died and could not be restarted, the pool is exhausted, the OS refused a
+  process): :class:`~envcore.runner.base.RunnerInfrastructureError`. Graded as reward ``None``.
+
+A dead zygote is restarted on the next spawn; workers of the old one die with it (they are tied to
+it with ``PR_SET_PDEATHSIG``). Linux only: see the README for other systems.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+import hashlib
+import marshal
+from collections import OrderedDict, deque
+from typing import Any, Mapping, Sequence
+
+from envcore.runner.base import AppSource, RunnerInfrastructureError
+from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
+from envcore.sandbox.containment import can_leave_idle_priority
+from envcore.sandbox.limits import SandboxLimits
+from envcore.sandbox.wire import FrameReader, PeerClosed, WireError, WireTimeout, send_frame
+from envcore.sandbox.worker import request_to_json
+
+PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+MAX_RESPONSE_JSON = 256 * 1024
+ZYGOTE_START_TIMEOUT_S = 120.0
+COMPILED_CACHE_SIZE = 4096
+SPARE_READY_TIMEOUT_S = 60.0
+TRUSTED_FILENAME = "<trusted>"
+"""Placeholder file name of code compiled here; the worker gives it the file's real path."""
+
+
+class AppLoadFailure(Exception):
+    """The app did not load in its worker (syntax or import error, startup crash, hang, exit)."""
+
+
+class WorkerGone(Exception):
+    """The worker stopped serving: it crashed, hung past the deadline or broke the protocol."""
+
+
+class ZygoteLost(RunnerInfrastructureError):
+    """The zygote process is gone; the sandbox restarts it on the next spawn."""
+
+
+def workspace_parent() -> str:
+    """Where workers' folders go: ``$A01_SANDBOX_DIR``, else ``/dev/shm`` (memory-backed: creating
+    and deleting a worker's folder there is about four times faster than on an ext4 disk), else the
+    system's temporary folder. A worker can fill at most ``max_new_files`` x ``max_file_mb`` of it."""
+    chosen = os.environ.get("A01_SANDBOX_DIR")
+    if chosen:
+        return chosen
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+        return "/dev/shm"
+    return tempfile.gettempdir()
+
+
+def supported_platform() -> str | None:
+    """``None`` where the sandbox runs, else why not."""
+    if sys.platform != "linux":
+        return f"the sandbox needs Linux (fork, prctl, seccomp, Landlock); this is {sys.platform}"
+    return None
+
+
+def _zygote_environment() -> dict[str, str]:
+    """The whole environment the zygote (and so every worker) starts from: nothing of the caller's."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": PROJECT_ROOT,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "MALLOC_ARENA_MAX": "2",
+    }
+
+
+def _validate_response(message: dict[str, Any], body: bytes) -> HttpResponse:
+    """A worker's response frame as an :class:`HttpResponse`; :class:`WireError` if malformed."""
+    status = message.get("status")
+    headers = message.get("headers")
+    error = message.get("error")
+    if message.get("type") != "response" or not (status is None or (isinstance(status, int) and 100 <= status <= 999)):
+        raise WireError("malformed response frame")
+    if not isinstance(headers, list) or len(headers) > 256:
+        raise WireError("malformed response headers")
+    parsed: dict[str, str] = {}
+    for item in headers:
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise WireError("malformed response header")
+        parsed[item[0][:256].lower()] = item[1][:8192]
+    if error is not None and not isinstance(error, str):
+        raise WireError("malformed response error")
+    return HttpResponse(status, parsed, body, error[:2000] if error else None, bool(message.get("truncated")))
+
+
+class Worker:
+    """One forked process serving one version of an app. Not thread-safe: one user at a time."""
+
+    def __init__(self, sandbox: "Sandbox", pid: int, sock: socket.socket, workspace: str) -> None:
+        self.sandbox = sandbox
+        self.pid = pid
+        self.sock = sock
+        self.workspace = workspace
+        self.reader = FrameReader(sock)
+        self.containment: dict[str, Any] = {}
+        self.load_timings_ms: dict[str, float] = {}
+        """Where the worker spent its load time (files, import, startup), as it reported."""
+        self.closed = False
+        self.handed_out = False
+        self.zygote_generation = sandbox.zygote_restarts
+        self.requests_served = 0
+        self.last_used = time.monotonic()
+
+    def wait_ready(self, timeout_s: float) -> dict[str, Any]:
+        """Wait for the app to load; return the containment layers or raise :class:`AppLoadFailure`."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            message, _ = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=0)
+            if message.get("type") == "spare":
+                message, _ = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=0)
+        except WireTimeout:
+            self.close()
+            raise AppLoadFailure(f"the app did not finish loading within {timeout_s:g} s") from None
+        except PeerClosed:
+            ended = self._ended()
+            raise AppLoadFailure(f"the app's process ended while loading ({ended})") from None
+        except WireError as exc:
+            self.close()
+            raise AppLoadFailure(f"the app's process broke the protocol while loading: {exc}") from None
+        self.containment = message.get("containment") or {}
+        self.load_timings_ms = message.get("timings_ms") or {}
+        if message.get("type") == "load_error":
+            self.close()
+            raise AppLoadFailure(str(message.get("error"))[:4000])
+        if message.get("type") != "ready":
+            self.close()
+            raise AppLoadFailure("the app's process broke the protocol while loading")
+        return self.containment
+
+    def send(self, requests: Sequence[HttpRequest]) -> None:
+        """Queue requests; the worker answers them in order, one :meth:`receive` each."""
+        try:
+            send_frame(self.sock, {"type": "requests", "requests": [request_to_json(r) for r in requests]})
+        except (OSError, socket.timeout) as exc:
+            ended = self._ended()
+            raise WorkerGone(f"the app's process is not reading requests ({ended}): {exc}") from None
+        self.last_used = time.monotonic()
+
+    def receive(self, timeout_s: float) -> HttpResponse:
+        """The next response; :class:`WorkerGone` (and the worker stopped) if it does not come."""
+        try:
+            message, body = self.reader.read(
+                time.monotonic() + max(timeout_s, 0.0), max_json=MAX_RESPONSE_JSON, max_blob=MAX_BODY_BYTES
+            )
+            response = _validate_response(message, body)
+        except WireTimeout:
+            self.close()
+            raise WorkerGone(f"no response within {timeout_s:.3g} s; the app's process was stopped") from None
+        except PeerClosed:
+            raise WorkerGone(f"the app's process ended ({self._ended()})") from None
+        except WireError as exc:
+            self.close()
+            raise WorkerGone(f"the app's process broke the protocol ({exc}); it was stopped") from None
+        self.requests_served += 1
+        self.last_used = time.monotonic()
+        return response
+
+    def request(self, request: HttpRequest, timeout_s: float) -> HttpResponse:
+        self.send([request])
+        return self.receive(timeout_s)
+
+    def _ended(self) -> str:
+        """How the worker's process ended (asks the zygote, which reaps it)."""
+        self.close(kill=False)
+        return self.sandbox.worker_status(self.pid)
+
+    def close(self, *, kill: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.close()
+        finally:
+            if kill:
+                self.sandbox.kill_worker(self.pid)
+            self.sandbox.release_slot(busy=self.handed_out)
+            self.sandbox.discard_workspace(self.workspace)
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Sandbox:
+    """A warm zygote and a bounded pool of workers forked from it. Thread-safe."""
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        max_workers: int = 32,
+        pool_wait_s: float = 10.0,
+        warm_up: bool = True,
+        spares: int = 2,
+    ) -> None:
+        problem = supported_platform()
+        if problem:
+            raise RunnerInfrastructureError(problem)
+        self.limits = limits or SandboxLimits()
+        self.max_workers = max_workers
+        self.pool_wait_s = pool_wait_s
+        self.warm_up = warm_up
+        self.root = tempfile.mkdtemp(prefix="a01-sandbox-", dir=workspace_parent())
+        self._trash: "queue.SimpleQueue[str | None]" = queue.SimpleQueue()
+        self._janitor = threading.Thread(target=self._empty_trash, name="sandbox-janitor", daemon=True)
+        self._janitor.start()
+        self.zygote_restarts = 0
+        self._slots = threading.BoundedSemaphore(max_workers)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._process: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._reader: FrameReader | None = None
+        self._closed = False
+        self._live_apps: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._reaper: threading.Thread | None = None
+        self._reaper_stop = threading.Event()
+        self.spares = spares
+        self._busy = 0
+        self.stats = {"spawns": 0, "from_spare": 0}
+        """How many workers were handed out, and how many of them were prepared spares."""
+        """Workers handed out by :meth:`spawn` and not closed yet."""
+        self._compiled: OrderedDict[str, bytes] = OrderedDict()
+        self._compiled_lock = threading.Lock()
+        self._spares: deque[Worker] = deque()
+        self._spare_lock = threading.Lock()
+        self._want_spares = threading.Event()
+        self._spare_thread: threading.Thread | None = None
+
+    # -- zygote -----------------------------------------------------------------------------
+    @property
+    def zygote_pid(self) -> int | None:
+        return self._process.pid if self._process and self._process.poll() is None else None
+
+    def start(self) -> "Sandbox":
+        with self._lock:
+            self._ensure_zygote()
+        if self.spares and self._spare_thread is None:
+            self._spare_thread = threading.Thread(target=self._keep_spares, name="sandbox-spares", daemon=True)
+            self._spare_thread.start()
+            self._want_spares.set()
+        return self
+
+    def _ensure_zygote(self) -> None:
+        """Start the zygote if it is not running (caller holds the lock)."""
+        if self._closed:
+            raise RunnerInfrastructureError("the sandbox is closed")
+        if self._process is not None and self._process.poll() is None and self._sock is not None:
+            return
+        if self._process is not None:
+            self._discard_zygote()
+            self.zygote_restarts += 1
+        parent, child = socket.socketpair()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "envcore.sandbox.zygote", str(child.fileno()), str(os.getpid())],
+                pass_fds=[child.fileno()],
+                env=_zygote_environment(),
+                cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            parent.close()
+            raise RunnerInfrastructureError(f"cannot start the sandbox zygote: {exc}") from exc
+        finally:
+            child.close()
+        self._sock, self._reader = parent, FrameReader(parent)
+        message: dict[str, Any] = {"type": "ping"}
+        if self.warm_up:
+            from envcore.sandbox.warmup import warmup_apps
+
+            message = {"type": "warmup", "apps": list(warmup_apps())}
+        try:
+            self._call(message, timeout_s=ZYGOTE_START_TIMEOUT_S)
+        except ZygoteLost as exc:
+            self._discard_zygote()
+            raise RunnerInfrastructureError(f"the sandbox zygote did not start: {exc}") from exc
+
+    def _discard_zygote(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait()
+        self._process, self._sock, self._reader = None, None, None
+
+    def _call(self, message: dict[str, Any], *, timeout_s: float = 10.0, fds: list[int] | None = None) -> dict:
+        """Send a command to the zygote and read its reply (caller holds the lock)."""
+        assert self._sock is not None and self._reader is not None
+        message = {**message, "id": next(self._ids)}
+        try:
+            send_frame(self._sock, message, fds=fds)
+            reply, _ = self._reader.read(time.monotonic() + timeout_s)
+        except (OSError, WireError) as exc:
+            self._discard_zygote()
+            raise ZygoteLost(f"the sandbox zygote is gone ({type(exc).__name__}: {exc})") from None
+        if reply.get("id") != message["id"]:
+            self._discard_zygote()
+            raise ZygoteLost("the sandbox zygote answered out of turn")
+        return reply
+
+    def _tell(self, message: dict[str, Any]) -> None:
+        """Send a command that has no reply; a lost zygote is noticed at the next spawn."""
+        with self._lock:
+            if self._sock is None:
+                return
+            try:
+                send_frame(self._sock, message)
+            except OSError:
+                self._discard_zygote()
+
+    def ping(self) -> int:
+        """The number of live workers; starts the zygote if needed."""
+        with self._lock:
+            self._ensure_zygote()
+            return int(self._call({"type": "ping"})["workers"])
+
+    # -- workers ----------------------------------------------------------------------------
+    def _fork_worker(self, *, spare: bool = False) -> Worker:
+        """A new contained worker with no app yet; the caller holds a pool slot for it.
+
+        A ``spare`` prepares at idle priority where it can (and rehearses an app load, see
+        :func:`envcore.sandbox.worker._rehearse`), or rehearses only when no other worker is busy."""
+        workspace = tempfile.mkdtemp(prefix="w-", dir=self.root)
+        parent, child = socket.socketpair()
+        idle = spare and can_leave_idle_priority()
+        message = {"type": "spawn", "workspace": workspace, "limits": self.limits.to_json(),
+                   "rehearse": spare and (idle or self._busy == 0), "idle_priority": idle}
+        try:
+            with self._lock:
+                for attempt in (1, 2):
+                    self._ensure_zygote()
+                    try:
+                        reply = self._call(message, fds=[child.fileno()])
+                        break
+                    except ZygoteLost:
+                        if attempt == 2:
+                            raise
+            if reply.get("type") != "spawned":
+                raise RunnerInfrastructureError(f"the zygote could not fork: {reply.get('error')}")
+        except BaseException:
+            parent.close()
+            shutil.rmtree(workspace, ignore_errors=True)
+            raise
+        finally:
+            child.close()
+        parent.settimeout(self.limits.request_timeout_s)  # bounds sendall to a worker that stopped reading
+        return Worker(self, int(reply["pid"]), parent, workspace)
+
+    def trust(self, files: Mapping[str, str]) -> None:
+        """Compile the ``.py`` files of a trusted app (a bundle as shipped) here, once, so workers
+        loading byte-identical files skip compiling them. Only code that came from the factory or
+        the cache goes through this process's compiler: anything an agent wrote is compiled inside
+        its worker, so a source file crafted to break the compiler can only break a worker."""
+        for path, text in files.items():
+            if not path.endswith(".py"):
+                continue
+            key = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+            with self._compiled_lock:
+                if key in self._compiled:
+                    self._compiled.move_to_end(key)
+                    continue
+            try:
+                data = marshal.dumps(compile(text, TRUSTED_FILENAME, "exec", dont_inherit=True))
+            except (SyntaxError, ValueError):
+                continue
+            with self._compiled_lock:
+                self._compiled[key] = data
+                while len(self._compiled) > COMPILED_CACHE_SIZE:
+                    self._compiled.popitem(last=False)
+
+    def _load_message(self, source: AppSource) -> tuple[dict[str, Any], bytes]:
+        compiled, blobs, offset = [], [], 0
+        with self._compiled_lock:
+            for path, text in source.files.items():
+                if path.endswith(".py"):
+                    data = self._compiled.get(hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest())
+                    if data is not None:
+                        compiled.append([path, offset, len(data)])
+                        blobs.append(data)
+                        offset += len(data)
+        message = {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint, "compiled": compiled}
+        return message, b"".join(blobs)
+
+    def spawn(self, source: AppSource) -> Worker:
+        """A worker that is loading ``source``: a spare if one is ready, else a fresh fork. Requests
+        may be sent at once; :meth:`Worker.wait_ready` says whether the app loaded."""
+        worker = self._take_spare()
+        self.stats["spawns"] += 1
+        self.stats["from_spare"] += worker is not None
+        if worker is None:
+            if not self._slots.acquire(timeout=self.pool_wait_s):
+                raise RunnerInfrastructureError(f"sandbox pool exhausted ({self.max_workers} workers busy)")
+            try:
+                worker = self._fork_worker()
+            except BaseException:
+                self._slots.release()
+                raise
+        with self._spare_lock:
+            self._busy += 1
+        worker.handed_out = True
+        try:
+            send_frame(worker.sock, *self._load_message(source))
+        except OSError:
+            worker.close()  # a spare that died while waiting (its zygote was replaced): use a fresh one
+            return self.spawn(source)
+        return worker
+
+    def _take_spare(self) -> Worker | None:
+        with self._spare_lock:
+            while self._spares:
+                worker = self._spares.popleft()
+                if worker.zygote_generation == self.zygote_restarts and not worker.closed:
+                    return worker
+                worker.close()
+        return None
+
+    def _keep_spares(self) -> None:
+        """Background thread: keep ``spares`` contained workers waiting for an app."""
+        while not self._closed:
+            self._want_spares.wait(1.0)
+            self._want_spares.clear()
+            while not self._closed:
+                with self._spare_lock:
+                    if len(self._spares) >= self.spares:
+                        break
+                if not self._slots.acquire(blocking=False):
+                    break  # the pool is busy: spares must not take slots from real work
+                try:
+                    worker = self._fork_worker(spare=True)
+                except Exception:  # noqa: BLE001 - a failed spare is retried on the next spawn
+                    self._slots.release()
+                    break
+                try:  # a spare is offered only once it is prepared (at idle priority, that may take a while)
+                    message, _ = worker.reader.read(time.monotonic() + SPARE_READY_TIMEOUT_S, max_json=1024, max_blob=0)
+                    ok = message.get("type") == "spare"
+                except WireError:
+                    ok = False
+                if not ok or self._closed:
+                    worker.close()
+                    break
+                with self._spare_lock:
+                    self._spares.append(worker)
+
+    def kill_worker(self, pid: int) -> None:
+        self._tell({"type": "kill", "pid": pid})
+
+    def worker_status(self, pid: int) -> str:
+        """How a worker ended. :class:`ZygoteLost` if the zygote died (which is what killed it)."""
+        with self._lock:
+            if self._sock is None or self._process is None or self._process.poll() is not None:
+                self._discard_zygote()
+                raise ZygoteLost("the sandbox zygote died (its workers died with it)")
+            return str(self._call({"type": "status", "pid": pid})["ended"])
+
+    def discard_workspace(self, path: str) -> None:
+        """Remove a finished worker's folder in the background (deleting is slow on some disks)."""
+        self._trash.put(path)
+
+    def _empty_trash(self) -> None:
+        while (path := self._trash.get()) is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def release_slot(self, *, busy: bool = False) -> None:
+        if busy:
+            with self._spare_lock:
+                self._busy -= 1
+        self._slots.release()
+        # Spares are replaced when a worker finishes, not when one is taken: forking and rehearsing a
+        # spare while a verification runs would compete with it for the CPU.
+        self._want_spares.set()
+
+    # -- live apps --------------------------------------------------------------------------
+    def register_live(self, app: Any) -> None:
+        """Track a live app so that its worker is stopped after ``limits.idle_s`` without requests."""
+        self._live_apps.add(app)
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap_idle, name="sandbox-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap_idle(self) -> None:
+        interval = max(0.05, min(self.limits.idle_s / 4, 5.0))
+        while not self._reaper_stop.wait(interval):
+            for app in list(self._live_apps):
+                app.stop_if_idle(self.limits.idle_s)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._reaper_stop.set()
+        self._want_spares.set()
+        for app in list(self._live_apps):
+            app.close()
+        with self._spare_lock:
+            spares, self._spares = list(self._spares), deque()
+        for worker in spares:
+            worker.close()
+        with self._lock:
+            self._discard_zygote()
+        self._trash.put(None)
+        self._janitor.join(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "Sandbox":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            self.close()
+        except Exception:
+            pass
+

@@ -1,0 +1,124 @@
+"""A seccomp-bpf filter for workers: the kernel refuses the system calls an app never needs.
+
+Installed in the worker after its own setup (event loop, files) and before any app code runs. It is
+a *denylist* of escape routes, not an allowlist of everything CPython might call: an allowlist
+breaks whenever a new Python, glibc or kernel picks a different system call, and the other layers
+(Landlock for files, rlimits, the audit hook, the dead-end process tree) cover what a denylist
+leaves. Denied calls fail with ``EPERM`` (so the app sees a ``PermissionError``, not a crash):
+
+* creating processes or threads (``clone``/``clone3``/``fork``/``vfork``) and running programs
+  (``execve``/``execveat``): no fork bomb, no shell, no helper binary;
+* creating or connecting sockets: no network, no talking to other local services;
+* signalling any process but itself (``kill``, ``tgkill``, ``rt_sigqueueinfo``... are allowed only
+  with the worker's own pid; ``tkill`` and the pidfd calls are denied);
+* reading or writing other processes' memory, ``ptrace``;
+* mounts, namespaces, ``chroot``, kernel modules, keyrings, BPF, perf, ``userfaultfd``,
+  ``io_uring`` (whose operations would bypass this filter), ``open_by_handle_at`` (a classic
+  container escape), reboot, swap, I/O ports.
+
+A wrong architecture (e.g. a 32-bit system call from a 64-bit process) kills the process. Only
+x86-64 is supported; elsewhere :func:`install` reports that it did nothing and the other layers
+remain.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+
+# BPF instruction classes and fields
+_LD, _JMP, _RET, _ALU = 0x00, 0x05, 0x06, 0x04
+_W, _ABS, _K = 0x00, 0x20, 0x00
+_JEQ, _JGE, _JSET = 0x10, 0x30, 0x40
+_AND = 0x50
+
+_RET_KILL_PROCESS = 0x80000000
+_RET_ERRNO = 0x00050000
+_RET_ALLOW = 0x7FFF0000
+
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_SYSCALL_BIT = 0x40000000
+_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; ARG0's low word on little-endian
+
+X86_64_DENIED = {
+    # processes, threads and programs
+    "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435,
+    # sockets
+    "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "socketpair": 53, "accept4": 288,
+    # other processes
+    "tkill": 200, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+    "pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438, "kcmp": 312,
+    # the system
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
+    "open_by_handle_at": 304, "name_to_handle_at": 303, "bpf": 321, "perf_event_open": 298,
+    "userfaultfd": 323, "keyctl": 250, "add_key": 248, "request_key": 249, "init_module": 175,
+    "finit_module": 313, "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320, "reboot": 169,
+    "swapon": 167, "swapoff": 168, "iopl": 172, "ioperm": 173, "io_uring_setup": 425,
+    "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+    "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "personality": 135,
+    "acct": 163, "settimeofday": 164, "clock_settime": 227, "adjtimex": 159, "sethostname": 170,
+    "setdomainname": 171, "quotactl": 179, "lookup_dcookie": 212, "mbind": 237, "migrate_pages": 256,
+    "move_pages": 279, "vhangup": 153,
+}
+X86_64_SELF_ONLY = {"kill": 62, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297}
+"""Signal calls allowed only when their first argument (the target pid) is the worker itself."""
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def build_filter(own_pid: int) -> bytes:
+    """The BPF program (x86-64) as bytes of ``struct sock_filter``."""
+    deny = _RET_ERRNO | errno.EPERM
+    prog = [
+        _insn(_LD | _W | _ABS, 0, 0, _OFF_ARCH),
+        _insn(_JMP | _JEQ | _K, 1, 0, _AUDIT_ARCH_X86_64),
+        _insn(_RET | _K, 0, 0, _RET_KILL_PROCESS),
+        _insn(_LD | _W | _ABS, 0, 0, _OFF_NR),
+        _insn(_JMP | _JGE | _K, 0, 1, _X32_SYSCALL_BIT),  # x32 calls would dodge every rule below
+        _insn(_RET | _K, 0, 0, deny),
+    ]
+    for nr in sorted(set(X86_64_DENIED.values())):
+        prog += [_insn(_JMP | _JEQ | _K, 0, 1, nr), _insn(_RET | _K, 0, 0, deny)]
+    for nr in sorted(X86_64_SELF_ONLY.values()):
+        prog += [
+            _insn(_JMP | _JEQ | _K, 0, 4, nr),  # not this call: skip the four below
+            _insn(_LD | _W | _ABS, 0, 0, _OFF_ARG0),
+            _insn(_JMP | _JEQ | _K, 1, 0, own_pid),
+            _insn(_RET | _K, 0, 0, deny),
+            _insn(_RET | _K, 0, 0, _RET_ALLOW),
+        ]
+    prog.append(_insn(_RET | _K, 0, 0, _RET_ALLOW))
+    return b"".join(prog)
+
+
+def supported() -> bool:
+    return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
+
+
+def install() -> str | None:
+    """Install the filter on this process for good; return ``None`` or why it was not installed."""
+    if not supported():
+        return f"seccomp filter not available on {platform.system()} {platform.machine()}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    program = build_filter(os.getpid())
+    count = len(program) // 8
+    buffer = ctypes.create_string_buffer(program, len(program))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(count, ctypes.cast(buffer, ctypes.c_void_p))
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        return f"seccomp filter refused: {os.strerror(ctypes.get_errno())}"
+    return None

@@ -1,0 +1,161 @@
+"""The worker: one forked process serving one version of an untrusted app over a socket.
+
+The zygote forks and calls :func:`worker_main` in the child, which never returns. The worker first
+contains itself (:mod:`envcore.sandbox.containment`) and then waits, as a *spare*, for the parent to
+send an app; the parent keeps a few spares ready so that forking and containment are off the path
+of a verification. Given an app, the worker writes its files into the workspace, installs the audit
+hook, imports the app, runs its startup, and reports ``ready`` (with the containment layers) or
+``load_error``.
+Then it serves: each frame from the parent carries a list of requests, answered in order, one
+response frame each, by calling the ASGI app directly. It only ever sees requests: which of them are
+probes, what they expect and how they are graded stays in the parent. End of input (the parent
+closed the socket) ends the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import marshal
+import os
+import shutil
+import time
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+from envcore.runner.http import HttpRequest, Lifespan, call_asgi
+from envcore.runner.inprocess import AppLoadError, _CodeCache, _endpoint_context_cache, _endpoints, _seed_endpoint_context, import_app, materialize
+from envcore.sandbox import containment
+from envcore.sandbox.limits import SandboxLimits
+from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, write_all_fd
+
+
+def request_to_json(request: HttpRequest) -> dict[str, Any]:
+    return {
+        "method": request.method,
+        "path": request.path,
+        "query": [list(q) for q in request.query],
+        "headers": [list(h) for h in request.headers],
+        "body": base64.b64encode(request.body).decode(),
+    }
+
+
+def request_from_json(data: dict[str, Any]) -> HttpRequest:
+    return HttpRequest(
+        data["method"],
+        data["path"],
+        tuple((str(k), str(v)) for k, v in data["query"]),
+        tuple((str(k), str(v)) for k, v in data["headers"]),
+        base64.b64decode(data["body"]),
+    )
+
+
+def worker_main(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
+    """Run in the forked child; never returns."""
+    code = 0
+    try:
+        _serve(fd, zygote_pid, spawn)
+    except PeerClosed:
+        pass
+    except BaseException:  # noqa: BLE001 - whatever the app did, the process ends here
+        code = 1
+    os._exit(code)
+
+
+def _relocate(code: CodeType, filename: str) -> CodeType:
+    consts = tuple(_relocate(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def _precompiled(root: Path, files: dict[str, str], index: list, blob: bytes) -> _CodeCache:
+    """A code cache holding the modules the parent compiled (trusted files only, see
+    :meth:`~envcore.sandbox.pool.Sandbox.trust`), each given its real file name."""
+    cache = _CodeCache()
+    for path, offset, length in index:
+        filename = str(root / path)
+        key = (filename, hashlib.sha1(files[path].encode("utf-8")).hexdigest())
+        cache.entries[key] = _relocate(marshal.loads(blob[offset:offset + length]), filename)
+    return cache
+
+
+def _rehearse(sample: dict[str, Any], root: Path, loop: asyncio.AbstractEventLoop) -> None:
+    """Load a sample app and serve it its requests, then forget it.
+
+    Forked memory is shared copy-on-write: the first write to each inherited page (a reference
+    count going up is enough) copies it, a few thousand page faults per app load. A spare does this
+    rehearsal while it waits, so the pages an app load touches are already its own when the real app
+    arrives. The sample is trusted (a generated app, see :mod:`envcore.sandbox.warmup`), exactly
+    what the zygote warmed up on, and leaves nothing behind that the real app could see."""
+    try:
+        materialize(sample["files"], root, skip_python=True)
+        app = import_app(root, sample["files"], sample["entrypoint"])
+        lifespan = Lifespan(app)
+        loop.run_until_complete(lifespan.startup())
+        for item in sample["requests"]:
+            loop.run_until_complete(call_asgi(app, request_from_json(item)))
+        loop.run_until_complete(lifespan.shutdown())
+    except Exception:  # noqa: BLE001 - a failed rehearsal only costs speed
+        pass
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
+    containment.tie_to_parent(zygote_pid)
+    os.setsid()
+    containment.isolate_descriptors(keep=fd)
+    workspace = spawn["workspace"]
+    limits = SandboxLimits.from_json(spawn["limits"])
+    os.chdir(workspace)
+    containment.scrub_environment(workspace)
+    containment.run_sync_inline()
+    loop = asyncio.new_event_loop()  # before seccomp: its self-pipe is a socketpair
+    sample = spawn.get("rehearsal") if spawn.get("rehearse") else None
+    rehearse = (lambda: _rehearse(sample, Path(workspace) / ".rehearsal", loop)) if sample else None
+    layers = containment.contain(workspace, limits, spawn["read_roots"], rehearse=rehearse,
+                                 idle_priority=bool(spawn.get("idle_priority")))
+    write_all_fd(fd, encode({"type": "spare"}))
+
+    # A spare worker waits here, contained, until the parent gives it an app.
+    message, blob = read_frame_fd(fd)
+    clock = [time.perf_counter()]
+    files: dict[str, str] = message["files"]
+    root = Path(workspace)
+    code_cache = _precompiled(root, files, message.get("compiled", []), blob)
+    try:
+        materialize(files, root, skip_python=True)
+    except (AppLoadError, OSError) as exc:
+        write_all_fd(fd, encode({"type": "load_error", "error": f"cannot write the app's files: {exc}"}))
+        return
+    containment.install_audit_hook(workspace, limits, spawn["read_roots"])
+    layers["audit_hook"] = True
+    clock.append(time.perf_counter())
+
+    # From here on, app code runs.
+    try:
+        app = import_app(root, files, message["entrypoint"], code_cache, keep_modules=True)
+        _seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
+        clock.append(time.perf_counter())
+        failure = loop.run_until_complete(Lifespan(app).startup())
+        if failure is not None:
+            raise AppLoadError(f"startup failed: {failure}")
+    except AppLoadError as exc:
+        write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
+        return
+    clock.append(time.perf_counter())
+    timings = {name: round((b - a) * 1000, 3) for name, a, b in zip(("files", "import", "startup"), clock, clock[1:])}
+    write_all_fd(fd, encode({"type": "ready", "containment": layers, "timings_ms": timings}))
+    while True:
+        message, _ = read_frame_fd(fd)
+        for item in message.get("requests", []):
+            response = loop.run_until_complete(call_asgi(app, request_from_json(item)))
+            header = {
+                "type": "response",
+                "status": response.status,
+                "headers": [[k, v] for k, v in response.headers.items()],
+                "error": response.error,
+                "truncated": response.truncated,
+            }
+            write_all_fd(fd, encode(header, response.body))

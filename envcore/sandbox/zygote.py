@@ -1,0 +1,186 @@
+"""The zygote: a warm process that forks one worker per app version.
+
+Started by :class:`~envcore.sandbox.pool.Sandbox` as ``python -m envcore.sandbox.zygote FD PARENT``
+with a scrubbed environment. It imports FastAPI, Starlette, Pydantic and the worker code once, then
+*warms up*: it loads the sample apps the parent sends and serves them a few requests, so that the
+first-use work every app needs (building validators, analysing dependencies, compiling route
+patterns) is done here once and inherited by every fork instead of being repeated in each. Then it
+freezes the heap (``gc.freeze``) so collections in workers do not copy the shared pages.
+
+Commands arrive as frames on the socket to the parent:
+
+* ``spawn`` (with the worker's socket end passed as SCM_RIGHTS): fork a worker, reply with its pid;
+* ``kill``: SIGKILL a worker that has not been reaped yet (the zygote reaps, so a pid is never
+  reused under the parent's feet); no reply;
+* ``status``: wait briefly for a worker to end (killing it if it does not) and reply how it ended;
+* ``ping``: reply ``pong`` with the number of live workers.
+
+It never receives probes, reference fixes or anything else secret: only app files and requests to
+warm up with. When the parent goes away the zygote exits (``PR_SET_PDEATHSIG`` and end of input),
+and its workers follow it the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+# Everything a worker needs is imported here, before the first fork.
+import anyio.to_thread  # noqa: F401
+import fastapi  # noqa: F401
+import fastapi.testclient  # noqa: F401  (pulls in the rest of Starlette's optional modules)
+import pydantic  # noqa: F401
+import sqlite3  # noqa: F401
+
+from envcore.runner.http import Lifespan, call_asgi
+from envcore.runner.inprocess import import_app, materialize
+from envcore.sandbox import containment
+from envcore.sandbox.wire import FrameReader, PeerClosed, WireTimeout, send_frame
+from envcore.sandbox.worker import request_from_json, worker_main
+
+REAP_INTERVAL_S = 0.25
+KEEP_STATUSES = 512
+
+
+def describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by {name}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = FrameReader(sock, collect_fds=True)
+        self.live: set[int] = set()
+        self.ended: OrderedDict[int, str] = OrderedDict()
+        self.read_roots = containment.python_read_roots()
+        self.rehearsal: dict[str, Any] | None = None
+
+    def reap(self) -> None:
+        while self.live:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.live.clear()
+                return
+            if pid == 0:
+                return
+            self.live.discard(pid)
+            self.ended[pid] = describe_status(status)
+            while len(self.ended) > KEEP_STATUSES:
+                self.ended.popitem(last=False)
+
+    def warm_up(self, apps: list[dict[str, Any]]) -> None:
+        loop = asyncio.new_event_loop()
+        for sample in apps:
+            root = Path(tempfile.mkdtemp(prefix="a01-warmup-"))
+            try:
+                materialize(sample["files"], root, skip_python=True)
+                app = import_app(root, sample["files"], sample["entrypoint"])
+                lifespan = Lifespan(app)
+                loop.run_until_complete(lifespan.startup())
+                for item in sample["requests"]:
+                    loop.run_until_complete(call_asgi(app, request_from_json(item)))
+                loop.run_until_complete(lifespan.shutdown())
+            except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs speed
+                print(f"zygote: warm-up app failed: {exc}", file=sys.stderr)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+        loop.close()
+        self.rehearsal = apps[0] if apps else None
+        gc.collect()
+        gc.freeze()
+
+    def spawn(self, message: dict[str, Any]) -> None:
+        if not self.reader.fds:
+            send_frame(self.sock, {"type": "error", "id": message.get("id"), "error": "spawn without a socket"})
+            return
+        fd = self.reader.fds.pop(0)
+        message["read_roots"] = self.read_roots
+        message["rehearsal"] = self.rehearsal
+        me = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            worker_main(fd, me, message)  # never returns
+        os.close(fd)
+        self.live.add(pid)
+        send_frame(self.sock, {"type": "spawned", "id": message.get("id"), "pid": pid})
+
+    def status(self, message: dict[str, Any]) -> None:
+        pid = int(message["pid"])
+        deadline = time.monotonic() + float(message.get("grace_s", 0.2))
+        while pid in self.live and time.monotonic() < deadline:
+            self.reap()
+            if pid in self.live:
+                time.sleep(0.002)
+        if pid in self.live:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            self.live.discard(pid)
+            self.ended[pid] = describe_status(status) + " (stopped by the sandbox)"
+        send_frame(self.sock, {"type": "status", "id": message.get("id"), "pid": pid,
+                               "ended": self.ended.get(pid, "unknown")})
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message, _ = self.reader.read(time.monotonic() + REAP_INTERVAL_S)
+            except WireTimeout:
+                self.reap()
+                continue
+            kind = message.get("type")
+            if kind == "spawn":
+                self.spawn(message)
+            elif kind == "kill":
+                pid = int(message["pid"])
+                if pid in self.live:
+                    os.kill(pid, signal.SIGKILL)
+            elif kind == "status":
+                self.status(message)
+            elif kind == "ping":
+                send_frame(self.sock, {"type": "pong", "id": message.get("id"), "workers": len(self.live)})
+            elif kind == "warmup":
+                self.warm_up(message.get("apps", []))
+                send_frame(self.sock, {"type": "warm", "id": message.get("id")})
+            self.reap()
+
+    def shutdown(self) -> None:
+        for pid in list(self.live):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def main(argv: list[str]) -> int:
+    fd, parent = int(argv[0]), int(argv[1])
+    containment.tie_to_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the parent to handle
+    zygote = Zygote(socket.socket(fileno=fd))
+    try:
+        zygote.serve()
+    except (PeerClosed, BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        zygote.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,146 @@
+"""What a verification says, and how probe outcomes become a resolution.
+
+Grading is a chain of pure functions, SWE-bench style: probe outcomes → tallies per kind →
+:class:`Resolution`. Security probes play *fail-to-pass* (they fail on the shipped app and must pass
+after a fix); regression and trap probes play *pass-to-pass* (they pass on the shipped app and must
+keep passing):
+
+* ``FULL``: every security probe and every regression and trap probe passes;
+* ``PARTIAL``: some but not all security probes pass, and every regression and trap probe passes;
+* ``NO``: anything else, including an app that does not load.
+
+Three outcomes are kept apart: ``graded`` (the app ran and was judged), ``load_error`` (the app did
+not load: the patch's fault, graded ``NO``), ``infrastructure_error`` (the sandbox failed: nobody's
+fault, no resolution and reward ``None``, to be retried or dropped, never learned from).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envcore.scenario.probes import Probe, ProbeKind, ProbeOutcome, describe_fact
+
+
+class Resolution(str, Enum):
+    FULL = "full"
+    PARTIAL = "partial"
+    NO = "no"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProbeResult(_Model):
+    """One probe's verdict with what it expected and what the app answered."""
+
+    probe_id: str
+    kind: ProbeKind
+    visible: bool
+    """Whether the agent can see this probe (visible probes are what ``run_tests`` runs)."""
+    passed: bool
+    expected: tuple[str, ...]
+    """Each step as ``METHOD path as user: facts``."""
+    got: tuple[str, ...]
+    """Each step's answer: status and the start of the body, or why there was none."""
+    failures: tuple[str, ...] = ()
+
+
+class Tally(_Model):
+    passed: int = 0
+    total: int = 0
+
+    @property
+    def rate(self) -> float:
+        """Pass rate; 1.0 for an empty set (nothing to fail), as in SWE-bench."""
+        return self.passed / self.total if self.total else 1.0
+
+
+class VerificationReport(_Model):
+    """The result of :func:`envcore.verifier.verify`."""
+
+    scenario_id: str
+    outcome: Literal["graded", "load_error", "infrastructure_error"]
+    resolution: Resolution | None
+    """``None`` for an infrastructure error, and for a visible-only run (no security probes run)."""
+    reward: float | None
+    """The verifier's score: 1 for FULL, the security pass rate for PARTIAL, 0 for NO; ``None`` when
+    there is no resolution. The environment's reward engine composes its own from this report."""
+    probe_set: Literal["all", "visible"] = "all"
+    security: Tally = Tally()
+    regression: Tally = Tally()
+    trap: Tally = Tally()
+    probes: tuple[ProbeResult, ...] = ()
+    load_error: str | None = None
+    infrastructure_error: str | None = None
+    shadow: bool = False
+    """Graded with shadow identities (fresh users, ids and tokens the agent never saw)."""
+    containment: dict = Field(default_factory=dict)
+    """The isolation layers the app ran under (see :mod:`envcore.sandbox.containment`)."""
+    restarts: int = 0
+    elapsed_ms: float = 0.0
+    requests: int = 0
+
+    @property
+    def fail_to_pass(self) -> Tally:
+        return self.security
+
+    @property
+    def pass_to_pass(self) -> Tally:
+        return Tally(passed=self.regression.passed + self.trap.passed, total=self.regression.total + self.trap.total)
+
+    def summary(self) -> str:
+        if self.outcome == "infrastructure_error":
+            return f"{self.scenario_id}: infrastructure error ({self.infrastructure_error})"
+        if self.outcome == "load_error":
+            return f"{self.scenario_id}: NO (the app did not load: {self.load_error})"
+        head = self.resolution.value.upper() if self.resolution else "visible probes"
+        return (f"{self.scenario_id}: {head}; security {self.security.passed}/{self.security.total}, "
+                f"regression {self.regression.passed}/{self.regression.total}, "
+                f"traps {self.trap.passed}/{self.trap.total} ({self.elapsed_ms:.1f} ms)")
+
+
+def tally(outcomes: tuple[ProbeOutcome, ...] | list[ProbeOutcome], kind: ProbeKind) -> Tally:
+    chosen = [o for o in outcomes if o.kind == kind]
+    return Tally(passed=sum(o.passed for o in chosen), total=len(chosen))
+
+
+def resolve(security: Tally, regression: Tally, trap: Tally) -> Resolution:
+    """SWE-bench's rule with security as fail-to-pass and regression plus traps as pass-to-pass."""
+    p2p = regression.passed == regression.total and trap.passed == trap.total
+    if security.total and security.passed == security.total and p2p:
+        return Resolution.FULL
+    if 0 < security.passed < security.total and p2p:
+        return Resolution.PARTIAL
+    return Resolution.NO
+
+
+def score(resolution: Resolution | None, security: Tally) -> float | None:
+    if resolution is None:
+        return None
+    return {Resolution.FULL: 1.0, Resolution.NO: 0.0}.get(resolution, security.rate)
+
+
+def _expected(probe: Probe) -> tuple[str, ...]:
+    return tuple(
+        f"{step.method} {step.path} as {step.actor or 'anonymous'}: " + "; ".join(describe_fact(f) for f in step.expect)
+        for step in probe.steps
+    )
+
+
+def probe_result(probe: Probe, outcome: ProbeOutcome | None) -> ProbeResult:
+    # model_construct: the values come from validated probes and outcomes; validating them again
+    # would cost more than a request to the app.
+    if outcome is None:
+        return ProbeResult.model_construct(probe_id=probe.id, kind=probe.kind, visible=probe.visible, passed=False,
+                           expected=_expected(probe), got=(), failures=("not run",))
+    got = tuple(
+        f"{step.status} {step.body_excerpt[:160]!r}" if step.status is not None else (step.failures[0] if step.failures else "no response")
+        for step in outcome.steps
+    )
+    return ProbeResult.model_construct(probe_id=probe.id, kind=probe.kind, visible=probe.visible,
+                                       passed=outcome.passed, expected=_expected(probe), got=got,
+                                       failures=tuple(outcome.failures))
