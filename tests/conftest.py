@@ -36,3 +36,22 @@ def bundle_for(config):
         return cache[seed]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    """One sandbox for the session, with limits tight enough that hostile apps fail fast."""
+    from envcore.sandbox import Sandbox, SandboxLimits
+
+    limits = SandboxLimits(request_timeout_s=1.0, load_timeout_s=3.0, verify_timeout_s=8.0, cpu_s=5, memory_mb=192)
+    box = Sandbox(limits=limits, spares=1).start()
+    yield box
+    box.close()
+
+
+@pytest.fixture(scope="session")
+def shipped():
+    """The shipped scenario cache."""
+    from envcore.cache import ScenarioCache
+
+    return ScenarioCache.open("artifacts/scenarios/v1")

@@ -52,6 +52,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="check hashes only, do not run the apps")
     p.add_argument("--limit", type=int, help="check only the first N entries")
     p.add_argument("--workers", type=int, default=default_workers(), help="worker processes (default: CPU count)")
+    p.add_argument("--runner", choices=("inprocess", "sandbox"), default="inprocess",
+                   help="where the apps run: in-process (fast; for the factory's own caches) or in the sandbox "
+                   "(for caches of apps from elsewhere)")
     p.set_defaults(func=cmd_check)
 
     p = cmds.add_parser("import", help="import a hand-written scenario folder into a cache",
@@ -61,6 +64,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="cache folder to add it to (created if missing)")
     p.add_argument("--split", default="test", help="split to file it under (default: test)")
     p.add_argument("--allow-no-fix", action="store_true", help="accept a scenario without fix.diff")
+    p.add_argument("--runner", choices=("sandbox", "inprocess"), default="sandbox",
+                   help="where the scenario's app runs for the check: in the sandbox (default: it is code from "
+                   "elsewhere) or in-process (only for code you trust)")
     p.set_defaults(func=cmd_import)
 
     p = cmds.add_parser("show", help="show one cached scenario",
@@ -147,7 +153,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     cache = _open(args.cache)
     ids = cache.ids()[: args.limit] if args.limit else cache.ids()
     with progress_bar(len(ids), "checking") as update:
-        problems = verify_cache(cache.root, ids, quick=args.quick, workers=args.workers, progress=update)
+        problems = verify_cache(cache.root, ids, quick=args.quick, workers=args.workers, progress=update,
+                                sandboxed=args.runner == "sandbox")
     for scenario_id in ids:
         for line in problems.get(scenario_id, []):
             print(line if line.startswith("CORRUPT") else f"{scenario_id}: {line}")
@@ -161,7 +168,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     except ImportProblem as exc:
         print(f"cannot import {args.folder}:\n" + "\n".join(f"  - {line}" for line in str(exc).splitlines()))
         return 1
-    report = check_scenario(bundle, fail_fast=False)
+    runner = None
+    if args.runner == "sandbox":
+        from envcore.sandbox import SandboxRunner
+
+        runner = SandboxRunner()
+    report = check_scenario(bundle, runner, fail_fast=False)
     if not report.ok:
         print(f"{args.folder} fails the scenario check:\n" + "\n".join(f"  - {p}" for p in report.problems))
         return 1

@@ -24,6 +24,7 @@ from envcore.factory.compiler import compile_spec
 from envcore.factory.config import FactoryConfig
 from envcore.factory.draft import DraftError
 from envcore.factory.template_author import author_spec
+from envcore.runner.base import ProbeRunner
 from envcore.runner.inprocess import InProcessRunner
 from envcore.scenario.bundle import Bundle
 
@@ -175,7 +176,7 @@ def _init_verifier(root: str) -> None:
     _tune_gc()
 
 
-def verify_entry(cache: ScenarioCache, scenario_id: str, runner: InProcessRunner, *, quick: bool) -> list[str]:
+def verify_entry(cache: ScenarioCache, scenario_id: str, runner: ProbeRunner, *, quick: bool) -> list[str]:
     """Problems of one cached scenario: a failed hash check, or (unless ``quick``) the full check."""
     try:
         bundle = cache.load(scenario_id)
@@ -196,8 +197,12 @@ def verify_cache(
     quick: bool = False,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
+    sandboxed: bool = False,
 ) -> dict[str, list[str]]:
-    """Load (hash-verify) and, unless ``quick``, fully re-check every scenario; return problems by id."""
+    """Load (hash-verify) and, unless ``quick``, fully re-check every scenario; return problems by id.
+
+    With ``sandboxed`` the apps run in sandboxed workers (:mod:`envcore.sandbox`), for caches whose
+    apps are not the factory's own; ``workers`` threads then share one sandbox."""
     workers = workers or default_workers()
     problems: dict[str, list[str]] = {}
 
@@ -206,6 +211,18 @@ def verify_cache(
             problems[scenario_id] = found
         if progress:
             progress(done)
+
+    if sandboxed and not quick:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from envcore.sandbox import SandboxRunner
+
+        cache, runner = ScenarioCache.open(root), SandboxRunner()
+        with ThreadPoolExecutor(workers) as pool:
+            found_all = pool.map(lambda sid: (sid, verify_entry(cache, sid, runner, quick=False)), scenario_ids)
+            for done, (scenario_id, found) in enumerate(found_all, 1):
+                collect(done, scenario_id, found)
+        return problems
 
     if workers == 1:
         cache, runner = ScenarioCache.open(root), InProcessRunner()

@@ -355,8 +355,13 @@ class Sandbox:
 
         A ``spare`` prepares at idle priority where it can (and rehearses an app load, see
         :func:`envcore.sandbox.worker._rehearse`), or rehearses only when no other worker is busy."""
-        workspace = tempfile.mkdtemp(prefix="w-", dir=self.root)
-        parent, child = socket.socketpair()
+        if self._closed:
+            raise RunnerInfrastructureError("the sandbox is closed")
+        try:
+            workspace = tempfile.mkdtemp(prefix="w-", dir=self.root)
+            parent, child = socket.socketpair()
+        except OSError as exc:
+            raise RunnerInfrastructureError(f"cannot prepare a worker: {exc}") from exc
         idle = spare and can_leave_idle_priority()
         message = {"type": "spawn", "workspace": workspace, "limits": self.limits.to_json(),
                    "rehearse": spare and (idle or self._busy == 0), "idle_priority": idle}
@@ -419,6 +424,8 @@ class Sandbox:
     def spawn(self, source: AppSource) -> Worker:
         """A worker that is loading ``source``: a spare if one is ready, else a fresh fork. Requests
         may be sent at once; :meth:`Worker.wait_ready` says whether the app loaded."""
+        if self._closed:
+            raise RunnerInfrastructureError("the sandbox is closed")
         worker = self._take_spare()
         self.stats["spawns"] += 1
         self.stats["from_spare"] += worker is not None
@@ -438,6 +445,12 @@ class Sandbox:
         except OSError:
             worker.close()  # a spare that died while waiting (its zygote was replaced): use a fresh one
             return self.spawn(source)
+        return worker
+
+    def load(self, source: AppSource) -> Worker:
+        """:meth:`spawn` and wait until the app is ready (:class:`AppLoadFailure` if it is not)."""
+        worker = self.spawn(source)
+        worker.wait_ready(self.limits.load_timeout_s)
         return worker
 
     def _take_spare(self) -> Worker | None:

@@ -1,0 +1,171 @@
+"""The verifier through the sandbox: every bug class's fix grades FULL and its vulnerable app NO,
+load errors are the app's fault, infrastructure errors are nobody's (reward None), and the
+SWE-bench-style resolution table."""
+
+from __future__ import annotations
+
+import pytest
+
+from envcore.factory.bugs import get_bug_class
+from envcore.factory.codegen import render_app
+from envcore.factory.lazy_fixes import lazy_fix_files
+from envcore.patching import apply_patch
+from envcore.sandbox import Sandbox
+from envcore.verifier import Resolution, Tally, resolve, verify
+from envcore.verifier.report import score
+
+
+def one_per_class(shipped):
+    chosen = {}
+    for scenario_id in shipped.ids():
+        row = shipped.row(scenario_id)
+        chosen.setdefault(row["bug_class"], scenario_id)
+    return chosen
+
+
+def test_every_bug_class_fix_is_full_and_vulnerable_app_is_no(sandbox, shipped):
+    chosen = one_per_class(shipped)
+    assert len(chosen) == 12
+    for bug_class, scenario_id in chosen.items():
+        bundle = shipped.load(scenario_id)
+        fixed = verify(bundle, apply_patch(bundle.files, bundle.reference_fix), sandbox=sandbox)
+        assert fixed.resolution is Resolution.FULL, (bug_class, fixed.summary(), [p for p in fixed.probes if not p.passed])
+        assert fixed.reward == 1.0 and fixed.outcome == "graded" and fixed.shadow
+        vulnerable = verify(bundle, bundle.files, sandbox=sandbox)
+        assert vulnerable.resolution is Resolution.NO, (bug_class, vulnerable.summary())
+        assert vulnerable.reward == 0.0
+        assert vulnerable.security.passed == 0 and vulnerable.pass_to_pass.passed == vulnerable.pass_to_pass.total
+
+
+def test_report_names_expected_and_got_for_each_probe(sandbox, shipped):
+    bundle = shipped.load(shipped.ids()[0])
+    report = verify(bundle, bundle.files, sandbox=sandbox)
+    failed = [p for p in report.probes if not p.passed]
+    assert failed and all(p.kind.value == "security" and not p.visible for p in failed)
+    assert all(p.expected and p.got and p.failures for p in failed)
+    assert {p.probe_id for p in report.probes} == {p.id for p in bundle.probes}
+    assert report.requests == sum(len(p.steps) for p in bundle.probes)
+    assert report.containment.get("seccomp") is True and report.containment.get("audit_hook") is True
+
+
+def test_fixing_one_of_two_sites_is_partial(sandbox, shipped):
+    for scenario_id in shipped.ids():
+        bundle = shipped.load(scenario_id)
+        variant = get_bug_class(bundle.bug_class).variant(bundle.variant)
+        if bundle.spec is not None and len(bundle.sites) >= 2 and variant.site_keys:
+            break
+    else:  # pragma: no cover - the shipped cache has multi-site variants
+        pytest.skip("no multi-site scenario")
+    half = render_app(bundle.spec, variant.mutations_for(tuple(variant.sites[1:])))
+    report = verify(bundle, half.files, sandbox=sandbox)
+    assert report.resolution is Resolution.PARTIAL, report.summary()
+    assert 0.0 < report.reward < 1.0
+
+
+def test_deny_all_is_not_a_fix(sandbox, shipped):
+    bundle = shipped.load(shipped.ids()[1])
+    files = lazy_fix_files(bundle.files, bundle.entrypoint, "deny_all", [s.path for s in bundle.sites])
+    report = verify(bundle, files, sandbox=sandbox)
+    assert report.resolution is Resolution.NO
+    assert report.security.passed == report.security.total  # every exploit is refused...
+    assert report.pass_to_pass.passed < report.pass_to_pass.total  # ...and so is legitimate use
+
+
+@pytest.mark.parametrize(
+    "mutation, needle",
+    [
+        (lambda src: src + "\ndef broken(:\n", "SyntaxError"),
+        (lambda src: "import no_such_module_here\n" + src, "ModuleNotFoundError"),
+        (lambda src: src + "\nraise RuntimeError('boom at import')\n", "boom at import"),
+    ],
+    ids=["syntax_error", "import_error", "crash_at_import"],
+)
+def test_app_that_does_not_load_is_graded_no_with_its_error(sandbox, shipped, mutation, needle):
+    bundle = shipped.load(shipped.ids()[2])
+    module = bundle.entrypoint.split(":")[0].replace(".", "/")
+    path = f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+    files = dict(apply_patch(bundle.files, bundle.reference_fix))
+    files[path] = mutation(files[path])
+    report = verify(bundle, files, sandbox=sandbox)
+    assert report.outcome == "load_error" and needle in report.load_error
+    assert report.resolution is Resolution.NO and report.reward == 0.0
+    assert report.security.total == len([p for p in bundle.probes if p.kind.value == "security"])
+
+
+def test_startup_failure_is_a_load_error(sandbox, shipped):
+    bundle = shipped.load(shipped.ids()[3])
+    module = bundle.entrypoint.split(":")[0].replace(".", "/")
+    path = f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+    files = dict(bundle.files)
+    files[path] += "\n\n@app.on_event('startup')\nasync def _down():\n    raise RuntimeError('database down')\n"
+    report = verify(bundle, files, sandbox=sandbox)
+    assert report.outcome == "load_error" and "database down" in report.load_error
+
+
+def test_data_file_edits_never_count(sandbox, shipped):
+    """Deleting every user but the victim from seed.json would refuse the exploits in the shipped
+    data; the grader replaces data files, so the vulnerable code is still graded NO."""
+    bundle = shipped.load(shipped.ids()[4])
+    files = dict(bundle.files)
+    files["data/seed.json"] = "{}"
+    report = verify(bundle, files, sandbox=sandbox)
+    assert report.outcome == "graded" and report.resolution is Resolution.NO
+
+
+def test_visible_probe_set_has_no_resolution(sandbox, shipped):
+    bundle = shipped.load(shipped.ids()[5])
+    report = verify(bundle, bundle.files, sandbox=sandbox, probe_set="visible")
+    assert report.resolution is None and report.reward is None and not report.shadow
+    assert all(p.visible and p.passed for p in report.probes)
+    assert len(report.probes) == len(bundle.visible_probes)
+
+
+def test_closed_sandbox_is_an_infrastructure_error_with_no_reward(shipped):
+    bundle = shipped.load(shipped.ids()[0])
+    box = Sandbox(warm_up=False, spares=0)
+    box.close()
+    report = verify(bundle, bundle.files, sandbox=box)
+    assert report.outcome == "infrastructure_error" and report.reward is None and report.resolution is None
+    assert "closed" in report.infrastructure_error
+
+
+def test_exhausted_pool_is_an_infrastructure_error(shipped):
+    from envcore.runner.base import AppSource
+    from envcore.sandbox import LiveApp
+    from envcore.runner.http import HttpRequest
+
+    bundle = shipped.load(shipped.ids()[0])
+    with Sandbox(warm_up=False, spares=0, max_workers=1, pool_wait_s=0.2) as box:
+        with LiveApp(box, AppSource(bundle.files, bundle.entrypoint)) as live:
+            assert live.request(HttpRequest("GET", "/")).status is not None  # holds the only worker
+            report = verify(bundle, bundle.files, sandbox=box)
+        assert report.outcome == "infrastructure_error" and "exhausted" in report.infrastructure_error
+        assert verify(bundle, bundle.files, sandbox=box).outcome == "graded"  # the slot came back
+
+
+T = Tally
+
+
+@pytest.mark.parametrize(
+    "security, regression, trap, expected",
+    [
+        (T(passed=3, total=3), T(passed=5, total=5), T(passed=2, total=2), Resolution.FULL),
+        (T(passed=1, total=3), T(passed=5, total=5), T(passed=2, total=2), Resolution.PARTIAL),
+        (T(passed=0, total=3), T(passed=5, total=5), T(passed=2, total=2), Resolution.NO),
+        (T(passed=3, total=3), T(passed=4, total=5), T(passed=2, total=2), Resolution.NO),
+        (T(passed=3, total=3), T(passed=5, total=5), T(passed=1, total=2), Resolution.NO),
+        (T(passed=2, total=3), T(passed=5, total=5), T(passed=0, total=1), Resolution.NO),
+        (T(passed=0, total=0), T(passed=5, total=5), T(), Resolution.NO),
+    ],
+    ids=["all-pass", "some-security", "no-security", "regression-broken", "trap-sprung",
+         "partial-with-trap-sprung", "no-security-probes"],
+)
+def test_resolution_table(security, regression, trap, expected):
+    assert resolve(security, regression, trap) is expected
+
+
+def test_score_follows_resolution():
+    assert score(Resolution.FULL, T(passed=2, total=2)) == 1.0
+    assert score(Resolution.PARTIAL, T(passed=1, total=4)) == 0.25
+    assert score(Resolution.NO, T(passed=3, total=4)) == 0.0
+    assert score(None, T()) is None
