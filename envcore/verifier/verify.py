@@ -74,13 +74,17 @@ def verify(
     (what an episode's ``run_tests`` tool reports); it has no resolution. With ``shadow`` (the default)
     a full verification uses shadow identities whenever the bundle has a draft.
     """
+    scenario_id = bundle.scenario_id or bundle.content_hash()[:16]
     if sandbox is None:
         from envcore.sandbox import default_sandbox
 
-        sandbox = default_sandbox()
+        try:
+            sandbox = default_sandbox()
+        except RunnerInfrastructureError as exc:  # e.g. not Linux: say so in the report, never crash a rollout
+            return VerificationReport(scenario_id=scenario_id, outcome="infrastructure_error", resolution=None,
+                                      reward=None, probe_set=probe_set, infrastructure_error=str(exc))
     files = read_workspace(workspace)
     sandbox.trust(bundle.files)
-    scenario_id = bundle.scenario_id or bundle.content_hash()[:16]
     graded = bundle
     if probe_set == "all" and shadow:
         graded = shadow_for(bundle) or bundle
