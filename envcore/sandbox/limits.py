@@ -22,7 +22,7 @@ class SandboxLimits:
     """Address space a worker may add to what it inherits from the zygote (``RLIMIT_AS``)."""
     cpu_s: int = 10
     """CPU seconds over a worker's whole life (``RLIMIT_CPU``)."""
-    max_file_mb: int = 4
+    max_file_mb: int = 2
     """Largest file a worker may write (``RLIMIT_FSIZE``)."""
     max_new_files: int = 32
     """Files a worker may create in its workspace (audit policy)."""

@@ -47,6 +47,7 @@ MAX_RESPONSE_JSON = 256 * 1024
 ZYGOTE_START_TIMEOUT_S = 120.0
 COMPILED_CACHE_SIZE = 4096
 SPARE_READY_TIMEOUT_S = 60.0
+SHM_MIN_FREE_BYTES = 2 << 30
 TRUSTED_FILENAME = "<trusted>"
 """Placeholder file name of code compiled here; the worker gives it the file's real path."""
 
@@ -66,12 +67,15 @@ class ZygoteLost(RunnerInfrastructureError):
 def workspace_parent() -> str:
     """Where workers' folders go: ``$A01_SANDBOX_DIR``, else ``/dev/shm`` (memory-backed: creating
     and deleting a worker's folder there is about four times faster than on an ext4 disk), else the
-    system's temporary folder. A worker can fill at most ``max_new_files`` x ``max_file_mb`` of it."""
+    system's temporary folder. A worker can fill at most ``max_new_files`` x ``max_file_mb`` of it;
+    ``/dev/shm`` is used only when it has room for 2 GB."""
     chosen = os.environ.get("A01_SANDBOX_DIR")
     if chosen:
         return chosen
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
-        return "/dev/shm"
+        stats = os.statvfs("/dev/shm")
+        if stats.f_bavail * stats.f_frsize >= SHM_MIN_FREE_BYTES:  # Docker's default 64 MB is too small
+            return "/dev/shm"
     return tempfile.gettempdir()
 
 
@@ -147,6 +151,9 @@ class Worker:
         except WireError as exc:
             self.close()
             raise AppLoadFailure(f"the app's process broke the protocol while loading: {exc}") from None
+        if message.get("type") == "infrastructure_error":
+            self.close()
+            raise RunnerInfrastructureError(str(message.get("error"))[:2000])
         self.containment = message.get("containment") or {}
         self.load_timings_ms = message.get("timings_ms") or {}
         if message.get("type") == "load_error":

@@ -126,8 +126,11 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     code_cache = _precompiled(root, files, message.get("compiled", []), blob)
     try:
         materialize(files, root, skip_python=True)
-    except (AppLoadError, OSError) as exc:
-        write_all_fd(fd, encode({"type": "load_error", "error": f"cannot write the app's files: {exc}"}))
+    except AppLoadError as exc:  # a file path that climbs out of the app: the patch's fault
+        write_all_fd(fd, encode({"type": "load_error", "error": str(exc)}))
+        return
+    except OSError as exc:  # no app code has run yet: a full disk is ours, not the app's
+        write_all_fd(fd, encode({"type": "infrastructure_error", "error": f"cannot write the app's files: {exc}"}))
         return
     containment.install_audit_hook(workspace, limits, spawn["read_roots"])
     layers["audit_hook"] = True
