@@ -13,8 +13,10 @@ shows, as applicable:
 Attacks that the worst-case attacker can mount know every path and pid: the absolute path of the
 scenario cache, the grader's and the zygote's pids, other workers' workspaces, embedded as literals.
 
-Tests marked ``xfail(strict=True, reason="HOLE: ...")`` document holes found while writing this
-battery: they fail today, and turn into an XPASS (a failure, being strict) once the hole is closed.
+Every hole this battery found has been closed; its test stays, named after the attack, so that it
+cannot come back (looking ahead at pipelined probes, hostile JSON nesting, forged protocol frames,
+file-quota bypasses through ``dir_fd`` and SQLite, renicing or re-limiting other processes, stale
+spares after a zygote death).
 """
 
 from __future__ import annotations
@@ -458,10 +460,6 @@ def test_detecting_probe_traffic_by_timing_gains_nothing(sb, bundle, fixed):
     assert_sandbox_healthy(sb)
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: the grader pipelines every probe request into the worker in "
-                   "one frame, in a fixed order with the security probes last; the app can walk up its stack "
-                   "to worker._serve and read `message['requests']` and `item`, and refuse only the last "
-                   "request of the batch: the vulnerable app grades FULL and stays exploitable")
 def test_looking_ahead_at_the_pipelined_probe_batch_gains_nothing(sb, bundle):
     lookahead = """
         import sys
@@ -569,16 +567,16 @@ def test_filling_the_disk_is_bounded_by_the_file_limits(sb, bundle, fixed):
     with LiveApp(sb, source(bundle, with_route(fixed, fill))) as live:
         result = json.loads(live.request(HttpRequest.build("GET", "/attack")).body)
         used = workspace_bytes(live._worker.workspace)
+        frozen = live._worker.containment.get("no_new_files")
     data = sum(len(t.encode()) for p, t in fixed.items() if not p.endswith(".py"))
-    assert result["made"] == LIMITS.max_new_files and "SandboxViolation" in result["errors"], result
+    if frozen:  # Landlock: the kernel refuses to create any file once the app's files are in
+        assert result["made"] == 0 and "PermissionError" in result["errors"], result
+    else:  # the audit hook's quota is what remains
+        assert result["made"] == LIMITS.max_new_files and "SandboxViolation" in result["errors"], result
     assert used <= LIMITS.max_new_files * (LIMITS.max_file_mb << 20) + data + (1 << 20)
     assert_sandbox_healthy(sb)
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: max_new_files is enforced only by the audit hook, which resolves "
-                   "a relative path against the cwd and ignores dir_fd: os.open(name, O_CREAT, dir_fd=d) with "
-                   "a name that exists (e.g. as a directory, which os.mkdir creates uncounted) in the cwd "
-                   "creates files without counting them, so a worker fills /dev/shm (RAM) without bound")
 def test_creating_files_past_max_new_files_via_dir_fd_is_denied(sb, bundle, fixed):
     count = LIMITS.max_new_files * 2
     fill = f"""
@@ -603,8 +601,6 @@ def test_creating_files_past_max_new_files_via_dir_fd_is_denied(sb, bundle, fixe
     assert used <= bound, f"{response.body!r}: {used >> 20} MB in the workspace, bound {bound >> 20} MB"
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: sqlite3.connect() creates database files (and journals) without "
-                   "an 'open' audit event, so they are not counted against max_new_files")
 def test_creating_files_past_max_new_files_via_sqlite_is_denied(sb, bundle, fixed):
     count = LIMITS.max_new_files + 16
     fill = f"""
@@ -708,11 +704,6 @@ def test_zygote_killed_from_outside_is_restarted(sb, bundle):
     assert_no_reward(sb, bundle, bundle.files)
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: a zygote death noticed by Sandbox._call/_tell/worker_status (which "
-                   "call _discard_zygote and leave _process None) is restarted by _ensure_zygote without "
-                   "incrementing zygote_restarts, so spares of the dead zygote keep a current generation and are "
-                   "still handed out; one still dying when taken gets the load, dies, and the honest app is graded "
-                   "NO: 'the app's process ended while loading (unknown)'")
 def test_zygote_restart_is_counted_so_its_dead_spares_are_dropped(sb):
     zygote, restarts = sb.zygote_pid, sb.zygote_restarts
     _spare_pids(sb, 1)
@@ -914,9 +905,6 @@ def test_slow_drip_streaming_response_times_out_and_the_worker_is_replaced(sb, b
 
 # == holes: the grader's parsing of what a worker sends =============================================
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="HOLE: check_fact() parses response bodies with "
-                   "json.loads and catches only ValueError; a deeply nested JSON body raises RecursionError in "
-                   "the grader, so verify() raises instead of grading NO")
 def test_deeply_nested_json_body_is_graded_not_raised(sb, bundle):
     nested = with_middleware(bundle.files, """
         from starlette.responses import Response
@@ -954,9 +942,6 @@ def _send_raw_frame(header: bytes):
 '''
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="HOLE: FrameReader.read() catches only "
-                   "ValueError/UnicodeDecodeError from json.loads; a worker writing a deeply nested JSON frame "
-                   "header onto its own socket makes verify() (and LiveApp.request) raise RecursionError")
 def test_deeply_nested_frame_header_is_a_protocol_error(sb, bundle):
     body = 'import time\n_send_raw_frame(b"[" * 100000)\ntime.sleep(5)'
     raw = with_middleware(bundle.files, body, prelude=FRAME_WRITER)
@@ -967,9 +952,6 @@ def test_deeply_nested_frame_header_is_a_protocol_error(sb, bundle):
     assert report.resolution is Resolution.NO
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: Worker.wait_ready() trusts a frame {'type': 'infrastructure_error'} "
-                   "from the worker's socket; app code can write it at import, turning its own NO into "
-                   "outcome=infrastructure_error with reward None (to be retried or dropped, never learned from)")
 def test_app_claiming_an_infrastructure_error_is_graded_no(sb, bundle):
     frame = '{"type": "infrastructure_error", "error": "not me"}'
     claim = with_code(bundle.files, FRAME_WRITER + f"\n_send_raw_frame({frame.encode()!r})")
@@ -987,12 +969,6 @@ def _spare_pids(box: Sandbox, count: int, timeout_s: float = 20.0) -> list[int]:
     return [w.pid for w in box._spares]
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: os.setpriority / os.sched_setscheduler / os.sched_setaffinity on "
-                   "another pid raise no audit event and are not in the seccomp denylist; the kernel allows them "
-                   "between processes of the same uid when the target's capabilities are a subset of the "
-                   "caller's, so a worker can renice, SCHED_IDLE and pin every other worker (the spares that will "
-                   "grade other episodes, other live apps), and, in a non-root deployment (the Dockerfile), the "
-                   "grader and the zygote (whose policy every later worker inherits)")
 def test_renicing_and_pinning_other_workers_and_a_non_root_grader_is_denied(bundle, fixed):
     # stands in for the grader (or the zygote) of a non-root deployment: same uid, no capabilities
     grader = subprocess.Popen([sys.executable, "-c", "from envcore.sandbox.containment import drop_capabilities; "
@@ -1022,10 +998,6 @@ def test_renicing_and_pinning_other_workers_and_a_non_root_grader_is_denied(bund
     assert all(state == untouched for state in states.values()), f"(nice, policy, cpus) by pid: {states}"
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: with the audit hook disabled, resource.prlimit() on a spare worker "
-                   "(prlimit64: not in the seccomp denylist, not covered by Landlock) sets its RLIMIT_FSIZE to 0; "
-                   "the next verification that takes that spare, an honest app of another episode, is an "
-                   "infrastructure error ('cannot write the app's files: File too large')")
 def test_lowering_a_spare_workers_limits_is_denied(bundle, fixed):
     with Sandbox(limits=LIMITS, spares=2) as box:
         spares = _spare_pids(box, 2)
@@ -1040,11 +1012,6 @@ def test_lowering_a_spare_workers_limits_is_denied(bundle, fixed):
         assert report.resolution is Resolution.FULL, report.summary()
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: with the audit hook disabled (rebinding envcore.sandbox.audit's "
-                   "globals), resource.prlimit() reaches prlimit64, which neither seccomp nor Landlock covers; "
-                   "the kernel lets a capability-less process lower any limit of a process with the same uids, "
-                   "so a worker sets the zygote's RLIMIT_NOFILE to 0 and every later verification is an "
-                   "infrastructure error ('spawn without a socket'), for good (the zygote stays alive)")
 def test_lowering_the_zygotes_limits_is_denied(bundle, fixed):
     with Sandbox(limits=LIMITS, spares=0) as box:
         zygote = box.zygote_pid
@@ -1059,9 +1026,6 @@ def test_lowering_the_zygotes_limits_is_denied(bundle, fixed):
         assert [r.resolution for r in reports] == [Resolution.FULL] * 2, [r.summary() for r in reports]
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: the same prlimit64 gap reaches the grader itself (RLIMIT_NOFILE=0 "
-                   "or RLIMIT_CPU=1 would cripple or kill it); shown with a harmless limit: RLIMIT_RTTIME "
-                   "(real-time CPU time) lowered to 2**40 us, which this process cannot raise back")
 def test_lowering_the_graders_limits_is_denied(sb, bundle, fixed):
     before = resource.getrlimit(resource.RLIMIT_RTTIME)
     lowered = (1 << 40, 1 << 40) if before[1] == resource.RLIM_INFINITY or before[1] > 1 << 40 else (before[1] - 1,) * 2

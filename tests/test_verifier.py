@@ -169,3 +169,13 @@ def test_score_follows_resolution():
     assert score(Resolution.PARTIAL, T(passed=1, total=4)) == 0.25
     assert score(Resolution.NO, T(passed=3, total=4)) == 0.0
     assert score(None, T()) is None
+
+
+def test_random_probe_order_never_changes_a_verdict(sandbox, shipped):
+    """Probes are sent in a fresh random order each time; generated probes own their records, so
+    the verdict never depends on it."""
+    for scenario_id in shipped.ids()[30:70]:
+        bundle = shipped.load(scenario_id)
+        fixed = apply_patch(bundle.files, bundle.reference_fix)
+        assert verify(bundle, fixed, sandbox=sandbox).resolution is Resolution.FULL, scenario_id
+        assert verify(bundle, bundle.files, sandbox=sandbox).resolution is Resolution.NO, scenario_id

@@ -7,7 +7,8 @@ the last step before app code runs. It refuses:
 
 * file access outside the workspace (reads are also allowed inside the Python installation, so an
   app may import a module nobody imported before), links and symlinks, and more than
-  ``max_new_files`` newly created files;
+  ``max_new_files`` newly created files, folders and SQLite databases (where Landlock is available
+  the kernel refuses creating any, see :func:`envcore.sandbox.containment.freeze_workspace`);
 * processes and programs (``os.system``, ``os.exec*``, ``os.fork``, ``subprocess``, ``pty``),
   signals (``os.kill``), sockets and every network client in the standard library;
 * ``ctypes`` in any form, SQLite extension loading, ``fcntl.ioctl``, changing resource limits,
@@ -45,7 +46,7 @@ DENIED_MODULES = frozenset({
 """Modules whose only use in an app would be an escape (importing a network or file module is
 fine: using it raises the events above)."""
 WRITE_PATH_EVENTS = {  # event -> positions of path arguments to check for writing
-    "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.truncate": (0,),
+    "os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.truncate": (0,),
     "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,), "os.chflags": (0,), "os.setxattr": (0,),
     "os.removexattr": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.copymode": (1,),
     "shutil.copystat": (1,), "shutil.copytree": (1,), "shutil.move": (0, 1), "shutil.chown": (0,),
@@ -100,6 +101,14 @@ class AuditPolicy:
             return f"reading outside the workspace is not allowed: {path}"
         return None
 
+    def _count_new(self, value: Any, weight: int = 1) -> str | None:
+        target = self._path(value)
+        if target is not None and not os.path.exists(target):
+            self.new_files += weight
+            if self.new_files > self.max_new_files:
+                return f"the app may create at most {self.max_new_files} files and folders"
+        return None
+
     def decide(self, event: str, args: tuple[Any, ...]) -> str | None:
         """``None`` to allow ``event``, else the reason it is refused."""
         if event == "open":
@@ -107,12 +116,13 @@ class AuditPolicy:
             writing = bool((flags or 0) & _WRITE_FLAGS) or (isinstance(mode, str) and any(c in mode for c in "wax+"))
             reason = self._may_write(path) if writing else self._may_read(path)
             if reason is None and writing and (flags or 0) & os.O_CREAT:
-                target = self._path(path)
-                if target is not None and not os.path.exists(target):
-                    self.new_files += 1
-                    if self.new_files > self.max_new_files:
-                        return f"the app may create at most {self.max_new_files} files"
+                if mode is None and isinstance(path, (str, bytes)) and not os.path.isabs(path):
+                    # os.open with a relative path may be relative to a dir_fd this event does not show
+                    return "os.open(..., O_CREAT) needs an absolute path in the sandbox"
+                return self._count_new(path)
             return reason
+        if event == "os.mkdir":
+            return self._may_write(args[0] if args else None) or self._count_new(args[0] if args else None)
         if event in DENIED_EVENTS or event.startswith(DENIED_PREFIXES):
             return f"{event} is not allowed in the sandbox"
         if event == "import":
@@ -124,7 +134,8 @@ class AuditPolicy:
             database = os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes)) else ""
             if database in ("", ":memory:") or database.startswith("file::memory:"):
                 return None
-            return self._may_write(database.removeprefix("file:").split("?")[0])
+            target = database.removeprefix("file:").split("?")[0]
+            return self._may_write(target) or self._count_new(target, weight=3)  # the file and its journals
         for index in WRITE_PATH_EVENTS.get(event, ()):
             if index < len(args) and (reason := self._may_write(args[index])):
                 return reason

@@ -5,7 +5,9 @@ Landlock (Linux 5.13+) lets an unprivileged process give up rights for good. A w
 * read access to the Python installation (standard library, site-packages, compiled modules) and
   the system's shared-library folders, so that an app may still import a module nobody imported
   before it;
-* full access, except executing and making devices, pipes, sockets or links, to its own workspace.
+* full access, except executing and making devices, pipes, sockets or links, to its own workspace;
+  once the app's files are written, a second layer takes away creating files and folders there too,
+  so no app can fill a disk, whatever it does to the Python-level checks.
 
 Everything else is refused by the kernel: the scenario cache with its hidden probes and reference
 fixes, the project's source, ``/proc`` (other processes, the environment of the parent), ``/etc``,
@@ -38,6 +40,8 @@ _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16)
 
 READ_ONLY = READ_FILE | READ_DIR
 WORKSPACE = WRITE_FILE | READ_FILE | READ_DIR | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | TRUNCATE
+FROZEN_WORKSPACE = WRITE_FILE | READ_FILE | READ_DIR | REMOVE_DIR | REMOVE_FILE | TRUNCATE
+"""The workspace once the app's files are in: existing files may be written, nothing may be created."""
 
 SHARED_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
 
@@ -66,8 +70,13 @@ def abi_version() -> int:
     return max(int(version), 0)
 
 
-def restrict(read_only: Iterable[str], read_write: Iterable[str]) -> tuple[int, str | None]:
-    """Restrict this process for good; return (ABI used, ``None`` or why nothing was applied)."""
+def restrict(
+    read_only: Iterable[str], read_write: Iterable[str], *, workspace_access: int = WORKSPACE
+) -> tuple[int, str | None]:
+    """Restrict this process for good; return (ABI used, ``None`` or why nothing was applied).
+
+    Each call adds a layer; a process keeps only the rights every layer grants, so a later call
+    can narrow (never widen) what an earlier one allowed."""
     abi = abi_version()
     if abi < 1:
         return 0, "Landlock is not available in this kernel"
@@ -81,7 +90,7 @@ def restrict(read_only: Iterable[str], read_write: Iterable[str]) -> tuple[int, 
     if ruleset < 0:
         return 0, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"
     try:
-        for paths, access in ((read_only, READ_ONLY), (read_write, WORKSPACE)):
+        for paths, access in ((read_only, READ_ONLY), (read_write, workspace_access)):
             for path in paths:
                 try:
                     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)

@@ -48,8 +48,8 @@ class LiveApp:
             restarted = False
             if self._worker is None:
                 restarted = self._served_this_code
-                worker = self.sandbox.spawn(self.source)
                 try:
+                    worker = self.sandbox.spawn(self.source)
                     worker.wait_ready(self.sandbox.limits.load_timeout_s)
                 except AppLoadFailure as exc:
                     self.load_error = str(exc)

@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
+from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.sandbox.containment import can_leave_idle_priority
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireError, WireTimeout, send_frame
@@ -77,6 +78,24 @@ def workspace_parent() -> str:
         if stats.f_bavail * stats.f_frsize >= SHM_MIN_FREE_BYTES:  # Docker's default 64 MB is too small
             return "/dev/shm"
     return tempfile.gettempdir()
+
+
+def _remove_stale_roots(parent_dir: str) -> None:
+    """Delete sandbox folders left by grader processes that died without closing their sandbox
+    (they hold apps' data files)."""
+    try:
+        names = os.listdir(parent_dir)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) >= 4 and name.startswith("a01-sandbox-") and parts[2].isdigit():
+            try:
+                os.kill(int(parts[2]), 0)
+            except ProcessLookupError:
+                shutil.rmtree(os.path.join(parent_dir, name), ignore_errors=True)
+            except OSError:
+                pass
 
 
 def supported_platform() -> str | None:
@@ -151,9 +170,6 @@ class Worker:
         except WireError as exc:
             self.close()
             raise AppLoadFailure(f"the app's process broke the protocol while loading: {exc}") from None
-        if message.get("type") == "infrastructure_error":
-            self.close()
-            raise RunnerInfrastructureError(str(message.get("error"))[:2000])
         self.containment = message.get("containment") or {}
         self.load_timings_ms = message.get("timings_ms") or {}
         if message.get("type") == "load_error":
@@ -197,8 +213,11 @@ class Worker:
         return self.receive(timeout_s)
 
     def _ended(self) -> str:
-        """How the worker's process ended (asks the zygote, which reaps it)."""
+        """How the worker's process ended (asks the zygote, which reaps it). :class:`ZygoteLost` if
+        the zygote that forked it has died since (which is what killed it)."""
         self.close(kill=False)
+        if self.zygote_generation != self.sandbox.zygote_restarts:
+            raise ZygoteLost("the sandbox zygote died (its workers died with it)")
         return self.sandbox.worker_status(self.pid)
 
     def close(self, *, kill: bool = True) -> None:
@@ -239,11 +258,14 @@ class Sandbox:
         self.max_workers = max_workers
         self.pool_wait_s = pool_wait_s
         self.warm_up = warm_up
-        self.root = tempfile.mkdtemp(prefix="a01-sandbox-", dir=workspace_parent())
+        parent_dir = workspace_parent()
+        _remove_stale_roots(parent_dir)
+        self.root = tempfile.mkdtemp(prefix=f"a01-sandbox-{os.getpid()}-", dir=parent_dir)
         self._trash: "queue.SimpleQueue[str | None]" = queue.SimpleQueue()
         self._janitor = threading.Thread(target=self._empty_trash, name="sandbox-janitor", daemon=True)
         self._janitor.start()
         self.zygote_restarts = 0
+        self._zygote_started = False
         self._slots = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -288,7 +310,9 @@ class Sandbox:
             return
         if self._process is not None:
             self._discard_zygote()
+        if self._zygote_started:  # counted however the old one was found dead: its spares are stale
             self.zygote_restarts += 1
+        self._zygote_started = True
         parent, child = socket.socketpair()
         try:
             self._process = subprocess.Popen(
@@ -447,6 +471,16 @@ class Sandbox:
         with self._spare_lock:
             self._busy += 1
         worker.handed_out = True
+        try:
+            # The parent writes the data files (the worker cannot say "my disk is full" credibly:
+            # once app code has run, anything it says could be the app talking).
+            materialize(source.files, Path(worker.workspace), skip_python=True)
+        except AppLoadError as exc:  # a path that climbs out of the app: the patch's fault
+            worker.close()
+            raise AppLoadFailure(str(exc)) from None
+        except OSError as exc:
+            worker.close()
+            raise RunnerInfrastructureError(f"cannot write the app's files: {exc}") from exc
         try:
             send_frame(worker.sock, *self._load_message(source))
         except OSError:

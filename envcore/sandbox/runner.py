@@ -1,8 +1,8 @@
 """Probes against an app in a sandboxed worker: the backend for untrusted code.
 
-:func:`run_sandboxed` turns probes into requests in the parent, sends them to a worker in one frame
-(they are declarative, so none depends on an earlier answer), reads the answers one by one with a
-deadline each, and judges them in the parent. A :class:`~envcore.runner.base.Gate` is applied in the
+:func:`run_sandboxed` turns probes into requests in the parent, sends them to a worker one at a time
+(the next only once the last is answered, so the app never sees a request before it must answer it),
+reads each answer with a deadline, and judges it in the parent. A :class:`~envcore.runner.base.Gate` is applied in the
 parent too: gated requests never reach the worker. When the worker crashes or hangs, the request
 it was serving fails, a fresh worker (pristine state, as after a server restart) takes the rest, up
 to ``limits.max_restarts`` times; past that, or past the verification's deadline, the remaining
@@ -71,12 +71,12 @@ def run_sandboxed(
                 _fail_rest(responses, pending, f"not sent: the verification exceeded {limits.verify_timeout_s:g} s")
                 break
             if worker is None:
-                worker = sandbox.spawn(source)
                 try:
-                    worker.send([requests[i] for i in pending])
+                    worker = sandbox.spawn(source)
                     containment = worker.wait_ready(min(limits.load_timeout_s, left))
                 except (AppLoadFailure, WorkerGone) as exc:
-                    worker.close()
+                    if worker is not None:
+                        worker.close()
                     worker = None
                     if restarts == 0:
                         return RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started,
@@ -85,7 +85,10 @@ def run_sandboxed(
                     break
             index = pending[0]
             try:
-                responses[index] = worker.receive(min(limits.request_timeout_s, deadline - time.monotonic()))
+                # One request at a time: a worker never holds a request it has not been asked yet, so
+                # it cannot look ahead at the rest of the probes (e.g. to refuse only the last ones).
+                responses[index] = worker.request(requests[index], min(limits.request_timeout_s,
+                                                                      deadline - time.monotonic()))
                 pending.pop(0)
             except WorkerGone as exc:
                 responses[index] = HttpResponse(None, error=str(exc))

@@ -11,6 +11,8 @@ leaves. Denied calls fail with ``EPERM`` (so the app sees a ``PermissionError``,
 * creating or connecting sockets: no network, no talking to other local services;
 * signalling any process but itself (``kill``, ``tgkill``, ``rt_sigqueueinfo``... are allowed only
   with the worker's own pid; ``tkill`` and the pidfd calls are denied);
+* changing another process's limits or scheduling (``prlimit64``, ``sched_set*`` only on itself;
+  ``setpriority``, which can renice every process of the user, and ``ioprio_set`` not at all);
 * reading or writing other processes' memory, ``ptrace``;
 * mounts, namespaces, ``chroot``, kernel modules, keyrings, BPF, perf, ``userfaultfd``,
   ``io_uring`` (whose operations would bypass this filter), ``open_by_handle_at`` (a classic
@@ -65,10 +67,15 @@ X86_64_DENIED = {
     "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "personality": 135,
     "acct": 163, "settimeofday": 164, "clock_settime": 227, "adjtimex": 159, "sethostname": 170,
     "setdomainname": 171, "quotactl": 179, "lookup_dcookie": 212, "mbind": 237, "migrate_pages": 256,
-    "move_pages": 279, "vhangup": 153,
+    "move_pages": 279, "vhangup": 153, "setpriority": 141, "ioprio_set": 251, "process_madvise": 440,
 }
 X86_64_SELF_ONLY = {"kill": 62, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297}
 """Signal calls allowed only when their first argument (the target pid) is the worker itself."""
+X86_64_SELF_OR_ZERO = {"sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203,
+                       "sched_setattr": 314, "prlimit64": 302}
+"""Calls on a process's scheduling or limits, allowed only on the worker itself (pid 0 or its own):
+another worker, the zygote or the grader (same user, when not root) must not be slowed, pinned or
+given a zero file limit."""
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -92,6 +99,15 @@ def build_filter(own_pid: int) -> bytes:
         prog += [
             _insn(_JMP | _JEQ | _K, 0, 4, nr),  # not this call: skip the four below
             _insn(_LD | _W | _ABS, 0, 0, _OFF_ARG0),
+            _insn(_JMP | _JEQ | _K, 1, 0, own_pid),
+            _insn(_RET | _K, 0, 0, deny),
+            _insn(_RET | _K, 0, 0, _RET_ALLOW),
+        ]
+    for nr in sorted(X86_64_SELF_OR_ZERO.values()):
+        prog += [
+            _insn(_JMP | _JEQ | _K, 0, 5, nr),
+            _insn(_LD | _W | _ABS, 0, 0, _OFF_ARG0),
+            _insn(_JMP | _JEQ | _K, 2, 0, 0),
             _insn(_JMP | _JEQ | _K, 1, 0, own_pid),
             _insn(_RET | _K, 0, 0, deny),
             _insn(_RET | _K, 0, 0, _RET_ALLOW),

@@ -99,8 +99,8 @@ class FrameReader:
         del self.buffer[:total]
         try:
             message = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise WireError(f"malformed frame: {exc}") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise WireError(f"malformed frame: {type(exc).__name__}") from None
         if not isinstance(message, dict):
             raise WireError("malformed frame: not an object")
         return message, blob

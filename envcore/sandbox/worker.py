@@ -3,8 +3,8 @@
 The zygote forks and calls :func:`worker_main` in the child, which never returns. The worker first
 contains itself (:mod:`envcore.sandbox.containment`) and then waits, as a *spare*, for the parent to
 send an app; the parent keeps a few spares ready so that forking and containment are off the path
-of a verification. Given an app, the worker writes its files into the workspace, installs the audit
-hook, imports the app, runs its startup, and reports ``ready`` (with the containment layers) or
+of a verification. Given an app (whose data files the parent has already written into the workspace), the
+worker takes away its own right to create files, installs the audit hook, imports the app, runs its startup, and reports ``ready`` (with the containment layers) or
 ``load_error``.
 Then it serves: each frame from the parent carries a list of requests, answered in order, one
 response frame each, by calling the ASGI app directly. It only ever sees requests: which of them are
@@ -122,16 +122,9 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     message, blob = read_frame_fd(fd)
     clock = [time.perf_counter()]
     files: dict[str, str] = message["files"]
-    root = Path(workspace)
+    root = Path(workspace)  # the parent has written the data files here; the .py files load from memory
     code_cache = _precompiled(root, files, message.get("compiled", []), blob)
-    try:
-        materialize(files, root, skip_python=True)
-    except AppLoadError as exc:  # a file path that climbs out of the app: the patch's fault
-        write_all_fd(fd, encode({"type": "load_error", "error": str(exc)}))
-        return
-    except OSError as exc:  # no app code has run yet: a full disk is ours, not the app's
-        write_all_fd(fd, encode({"type": "infrastructure_error", "error": f"cannot write the app's files: {exc}"}))
-        return
+    layers["no_new_files"] = containment.freeze_workspace(workspace)
     containment.install_audit_hook(workspace, limits, spawn["read_roots"])
     layers["audit_hook"] = True
     clock.append(time.perf_counter())

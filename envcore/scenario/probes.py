@@ -234,7 +234,7 @@ def check_fact(fact: Fact, status: int, headers: dict[str, str], body: bytes) ->
     if isinstance(fact, (JsonEquals, JsonKeysAbsent)):
         try:
             document = json.loads(text) if text else None
-        except ValueError:
+        except (ValueError, RecursionError):  # a hostile body nested past the parser's depth is not JSON either
             return "body is not JSON"
         if isinstance(fact, JsonEquals):
             got = _json_at(document, fact.path)

@@ -4,7 +4,8 @@ What is graded is the workspace's *code*. Its data files are always replaced: by
 (fresh identities the agent never saw, see :mod:`envcore.factory.shadow`) when the bundle has a
 draft to re-expand, else by the bundle's own. So neither editing ``data/seed.json`` (deleting the
 attacker) nor special-casing the tokens the agent could read earns anything. The probes are judged
-in this process; the app runs in a sandboxed worker (:mod:`envcore.sandbox`) and never sees them.
+in this process; the app runs in a sandboxed worker (:mod:`envcore.sandbox`) and never sees them. Probes of a generated
+scenario are sent in a fresh random order each time, one request at a time.
 
 Only infrastructure failures are reported as such (reward ``None``); everything the app does,
 including not loading, crashing or hanging, is graded as its behaviour.
@@ -12,6 +13,7 @@ including not loading, crashing or hanging, is graded as its behaviour.
 
 from __future__ import annotations
 
+import random
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -26,6 +28,7 @@ from envcore.verifier.report import ProbeResult, VerificationReport, probe_resul
 from envcore.scenario.probes import ProbeKind
 
 SHADOW_CACHE_SIZE = 256
+_random = random.SystemRandom()
 _shadows: "OrderedDict[str, Bundle | None]" = OrderedDict()
 _shadows_lock = threading.Lock()
 
@@ -91,9 +94,14 @@ def verify(
     code = {path: text for path, text in files.items() if is_code(path)}
     app_files = regrade_files(code, graded)
     probes = bundle.visible_probes if probe_set == "visible" else graded.probes
+    order = list(probes)
+    if graded.spec is not None:
+        # A fresh, unpredictable order every time: an app cannot tell an exploit from legitimate use
+        # by its position (generated probes own their records, so order never decides an outcome).
+        _random.shuffle(order)
     tokens = {user.username: user.token for user in graded.users}
     try:
-        run = run_sandboxed(sandbox, AppSource(app_files, bundle.entrypoint), probes, tokens)
+        run = run_sandboxed(sandbox, AppSource(app_files, bundle.entrypoint), order, tokens)
     except RunnerInfrastructureError as exc:
         return VerificationReport(scenario_id=scenario_id, outcome="infrastructure_error", resolution=None,
                                   reward=None, probe_set=probe_set, infrastructure_error=str(exc),
