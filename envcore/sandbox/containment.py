@@ -180,11 +180,11 @@ def can_leave_idle_priority() -> bool:
     return hasattr(os, "SCHED_IDLE") and os.geteuid() == 0
 
 
-def freeze_workspace(workspace: str) -> bool:
+def freeze_workspace(workspace: str, read_roots: list[str]) -> bool:
     """Second Landlock layer: from now on no file or folder can be created in the workspace (or
     anywhere). Returns whether the kernel applied it; without Landlock the audit hook's file quota
     is what remains."""
-    abi, problem = landlock.restrict(python_read_roots(), [workspace], workspace_access=landlock.FROZEN_WORKSPACE)
+    abi, problem = landlock.restrict(read_roots, [workspace], workspace_access=landlock.FROZEN_WORKSPACE)
     return problem is None and abi > 0
 
 

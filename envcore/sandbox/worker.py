@@ -124,7 +124,7 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     files: dict[str, str] = message["files"]
     root = Path(workspace)  # the parent has written the data files here; the .py files load from memory
     code_cache = _precompiled(root, files, message.get("compiled", []), blob)
-    layers["no_new_files"] = containment.freeze_workspace(workspace)
+    layers["no_new_files"] = containment.freeze_workspace(workspace, spawn["read_roots"])
     containment.install_audit_hook(workspace, limits, spawn["read_roots"])
     layers["audit_hook"] = True
     clock.append(time.perf_counter())
