@@ -27,6 +27,12 @@ def app_source(bundle, files=None):
     return AppSource(files or bundle.files, bundle.entrypoint)
 
 
+def entry_path(bundle):
+    """The file of the app's entry module (where injected routes go)."""
+    module = bundle.entrypoint.split(":")[0].replace(".", "/")
+    return f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+
+
 def tokens(bundle):
     return {u.username: u.token for u in bundle.users}
 
@@ -80,8 +86,7 @@ def test_workers_report_every_containment_layer(sandbox, shipped):
 
 def test_worker_environment_is_scrubbed(sandbox, shipped, monkeypatch):
     bundle = shipped.load(shipped.ids()[0])
-    module = bundle.entrypoint.split(":")[0].replace(".", "/")
-    path = f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+    path = entry_path(bundle)
     files = dict(bundle.files)
     files[path] += "\n\n@app.get('/env')\nasync def _env():\n    import os\n    return sorted(os.environ)\n"
     with sandbox.load(app_source(bundle, files)) as worker:
@@ -163,8 +168,7 @@ def test_unsupported_platform_is_refused_with_a_reason(monkeypatch):
 
 def test_live_app_serves_the_current_code_and_restarts_after_update(sandbox, shipped):
     bundle = shipped.load(shipped.ids()[0])
-    module = bundle.entrypoint.split(":")[0].replace(".", "/")
-    path = f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+    path = entry_path(bundle)
     with LiveApp(sandbox, app_source(bundle)) as live:
         assert live.request(HttpRequest("GET", "/version")).status == 404
         first_pid = live.pid
@@ -179,8 +183,7 @@ def test_live_app_serves_the_current_code_and_restarts_after_update(sandbox, shi
 
 def test_live_app_recovers_from_a_crash_and_says_state_was_reset(sandbox, shipped):
     bundle = shipped.load(shipped.ids()[0])
-    module = bundle.entrypoint.split(":")[0].replace(".", "/")
-    path = f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+    path = entry_path(bundle)
     files = dict(bundle.files)
     files[path] += "\n\n@app.get('/die')\nasync def _die():\n    import os\n    os._exit(3)\n"
     with LiveApp(sandbox, app_source(bundle, files)) as live:
@@ -192,8 +195,7 @@ def test_live_app_recovers_from_a_crash_and_says_state_was_reset(sandbox, shippe
 
 def test_live_app_reports_a_load_error(sandbox, shipped):
     bundle = shipped.load(shipped.ids()[0])
-    module = bundle.entrypoint.split(":")[0].replace(".", "/")
-    path = f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+    path = entry_path(bundle)
     files = dict(bundle.files)
     files[path] += "\ndef broken(:\n"
     with LiveApp(sandbox, app_source(bundle, files)) as live:

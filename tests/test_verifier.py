@@ -14,6 +14,8 @@ from envcore.sandbox import Sandbox
 from envcore.verifier import Resolution, Tally, resolve, verify
 from envcore.verifier.report import score
 
+from tests.test_sandbox import entry_path
+
 
 def one_per_class(shipped):
     chosen = {}
@@ -82,8 +84,7 @@ def test_deny_all_is_not_a_fix(sandbox, shipped):
 )
 def test_app_that_does_not_load_is_graded_no_with_its_error(sandbox, shipped, mutation, needle):
     bundle = shipped.load(shipped.ids()[2])
-    module = bundle.entrypoint.split(":")[0].replace(".", "/")
-    path = f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+    path = entry_path(bundle)
     files = dict(apply_patch(bundle.files, bundle.reference_fix))
     files[path] = mutation(files[path])
     report = verify(bundle, files, sandbox=sandbox)
@@ -94,8 +95,7 @@ def test_app_that_does_not_load_is_graded_no_with_its_error(sandbox, shipped, mu
 
 def test_startup_failure_is_a_load_error(sandbox, shipped):
     bundle = shipped.load(shipped.ids()[3])
-    module = bundle.entrypoint.split(":")[0].replace(".", "/")
-    path = f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+    path = entry_path(bundle)
     files = dict(bundle.files)
     files[path] += "\n\n@app.on_event('startup')\nasync def _down():\n    raise RuntimeError('database down')\n"
     report = verify(bundle, files, sandbox=sandbox)

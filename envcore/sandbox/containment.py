@@ -151,7 +151,7 @@ def contain(
     could not be applied. The hook comes last, with :func:`install_audit_hook`, once the worker has
     written the app's files (which must not count against the app's own file quota).
 
-    ``rehearse`` (trusted code, see :func:`envcore.sandbox.worker._rehearse`) runs once the kernel
+    ``rehearse`` (trusted code, see :func:`envcore.sandbox.worker.rehearse`) runs once the kernel
     layers are in place. With ``idle_priority`` everything up to here runs under ``SCHED_IDLE``, so
     preparing a spare only ever uses a CPU nobody else wants; the worker returns to normal priority
     before it drops its capabilities (only a privileged process may leave ``SCHED_IDLE``)."""

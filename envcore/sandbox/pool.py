@@ -385,7 +385,7 @@ class Sandbox:
         """A new contained worker with no app yet; the caller holds a pool slot for it.
 
         A ``spare`` prepares at idle priority where it can (and rehearses an app load, see
-        :func:`envcore.sandbox.worker._rehearse`), or rehearses only when no other worker is busy."""
+        :func:`envcore.sandbox.worker.rehearse`), or rehearses only when no other worker is busy."""
         if self._closed:
             raise RunnerInfrastructureError("the sandbox is closed")
         try:

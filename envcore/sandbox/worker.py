@@ -80,7 +80,7 @@ def _precompiled(root: Path, files: dict[str, str], index: list, blob: bytes) ->
     return cache
 
 
-def _rehearse(sample: dict[str, Any], root: Path, loop: asyncio.AbstractEventLoop) -> None:
+def rehearse(sample: dict[str, Any], root: Path, loop: asyncio.AbstractEventLoop) -> None:
     """Load a sample app and serve it its requests, then forget it.
 
     Forked memory is shared copy-on-write: the first write to each inherited page (a reference
@@ -113,8 +113,8 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     containment.run_sync_inline()
     loop = asyncio.new_event_loop()  # before seccomp: its self-pipe is a socketpair
     sample = spawn.get("rehearsal") if spawn.get("rehearse") else None
-    rehearse = (lambda: _rehearse(sample, Path(workspace) / ".rehearsal", loop)) if sample else None
-    layers = containment.contain(workspace, limits, spawn["read_roots"], rehearse=rehearse,
+    rehearsal = (lambda: rehearse(sample, Path(workspace) / ".rehearsal", loop)) if sample else None
+    layers = containment.contain(workspace, limits, spawn["read_roots"], rehearse=rehearsal,
                                  idle_priority=bool(spawn.get("idle_priority")))
     write_all_fd(fd, encode({"type": "spare"}))
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -42,11 +41,9 @@ import fastapi.testclient  # noqa: F401  (pulls in the rest of Starlette's optio
 import pydantic  # noqa: F401
 import sqlite3  # noqa: F401
 
-from envcore.runner.http import Lifespan, call_asgi
-from envcore.runner.inprocess import import_app, materialize
 from envcore.sandbox import containment
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireTimeout, send_frame
-from envcore.sandbox.worker import request_from_json, worker_main
+from envcore.sandbox.worker import rehearse, worker_main
 
 REAP_INTERVAL_S = 0.25
 KEEP_STATUSES = 512
@@ -88,20 +85,8 @@ class Zygote:
 
     def warm_up(self, apps: list[dict[str, Any]]) -> None:
         loop = asyncio.new_event_loop()
-        for sample in apps:
-            root = Path(tempfile.mkdtemp(prefix="a01-warmup-"))
-            try:
-                materialize(sample["files"], root, skip_python=True)
-                app = import_app(root, sample["files"], sample["entrypoint"])
-                lifespan = Lifespan(app)
-                loop.run_until_complete(lifespan.startup())
-                for item in sample["requests"]:
-                    loop.run_until_complete(call_asgi(app, request_from_json(item)))
-                loop.run_until_complete(lifespan.shutdown())
-            except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs speed
-                print(f"zygote: warm-up app failed: {exc}", file=sys.stderr)
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
+        for sample in apps:  # the same load-and-serve a spare rehearses, here once for every fork
+            rehearse(sample, Path(tempfile.mkdtemp(prefix="a01-warmup-")), loop)
         loop.close()
         self.rehearsal = apps[0] if apps else None
         gc.collect()
