@@ -33,6 +33,13 @@ def entry_path(bundle):
     return f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
 
 
+def with_entry_code(bundle, code, files=None):
+    """The bundle's files (or ``files``) with ``code`` appended to the entry module."""
+    files = dict(files or bundle.files)
+    files[entry_path(bundle)] += code
+    return files
+
+
 def tokens(bundle):
     return {u.username: u.token for u in bundle.users}
 
@@ -86,9 +93,7 @@ def test_workers_report_every_containment_layer(sandbox, shipped):
 
 def test_worker_environment_is_scrubbed(sandbox, shipped, monkeypatch):
     bundle = shipped.load(shipped.ids()[0])
-    path = entry_path(bundle)
-    files = dict(bundle.files)
-    files[path] += "\n\n@app.get('/env')\nasync def _env():\n    import os\n    return sorted(os.environ)\n"
+    files = with_entry_code(bundle, "\n\n@app.get('/env')\nasync def _env():\n    import os\n    return sorted(os.environ)\n")
     with sandbox.load(app_source(bundle, files)) as worker:
         response = worker.request(HttpRequest("GET", "/env"), 2.0)
     assert response.status == 200
@@ -168,12 +173,10 @@ def test_unsupported_platform_is_refused_with_a_reason(monkeypatch):
 
 def test_live_app_serves_the_current_code_and_restarts_after_update(sandbox, shipped):
     bundle = shipped.load(shipped.ids()[0])
-    path = entry_path(bundle)
     with LiveApp(sandbox, app_source(bundle)) as live:
         assert live.request(HttpRequest("GET", "/version")).status == 404
         first_pid = live.pid
-        files = dict(bundle.files)
-        files[path] += "\n\n@app.get('/version')\nasync def _version():\n    return {'v': 2}\n"
+        files = with_entry_code(bundle, "\n\n@app.get('/version')\nasync def _version():\n    return {'v': 2}\n")
         live.update(app_source(bundle, files))
         assert not live.running
         response = live.request(HttpRequest("GET", "/version"))
@@ -183,9 +186,7 @@ def test_live_app_serves_the_current_code_and_restarts_after_update(sandbox, shi
 
 def test_live_app_recovers_from_a_crash_and_says_state_was_reset(sandbox, shipped):
     bundle = shipped.load(shipped.ids()[0])
-    path = entry_path(bundle)
-    files = dict(bundle.files)
-    files[path] += "\n\n@app.get('/die')\nasync def _die():\n    import os\n    os._exit(3)\n"
+    files = with_entry_code(bundle, "\n\n@app.get('/die')\nasync def _die():\n    import os\n    os._exit(3)\n")
     with LiveApp(sandbox, app_source(bundle, files)) as live:
         crashed = live.request(HttpRequest("GET", "/die"))
         assert crashed.status is None and "exited with code 3" in crashed.error
@@ -195,9 +196,7 @@ def test_live_app_recovers_from_a_crash_and_says_state_was_reset(sandbox, shippe
 
 def test_live_app_reports_a_load_error(sandbox, shipped):
     bundle = shipped.load(shipped.ids()[0])
-    path = entry_path(bundle)
-    files = dict(bundle.files)
-    files[path] += "\ndef broken(:\n"
+    files = with_entry_code(bundle, "\ndef broken(:\n")
     with LiveApp(sandbox, app_source(bundle, files)) as live:
         response = live.request(HttpRequest("GET", "/"))
     assert response.status is None and "SyntaxError" in response.error and "SyntaxError" in live.load_error

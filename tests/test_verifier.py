@@ -14,7 +14,7 @@ from envcore.sandbox import Sandbox
 from envcore.verifier import Resolution, Tally, resolve, verify
 from envcore.verifier.report import score
 
-from tests.test_sandbox import entry_path
+from tests.test_sandbox import entry_path, with_entry_code
 
 
 def one_per_class(shipped):
@@ -95,9 +95,7 @@ def test_app_that_does_not_load_is_graded_no_with_its_error(sandbox, shipped, mu
 
 def test_startup_failure_is_a_load_error(sandbox, shipped):
     bundle = shipped.load(shipped.ids()[3])
-    path = entry_path(bundle)
-    files = dict(bundle.files)
-    files[path] += "\n\n@app.on_event('startup')\nasync def _down():\n    raise RuntimeError('database down')\n"
+    files = with_entry_code(bundle, "\n\n@app.on_event('startup')\nasync def _down():\n    raise RuntimeError('database down')\n")
     report = verify(bundle, files, sandbox=sandbox)
     assert report.outcome == "load_error" and "database down" in report.load_error
 

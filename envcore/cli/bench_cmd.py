@@ -7,6 +7,7 @@ import os
 import platform
 import statistics
 import time
+from collections import Counter
 
 from envcore.cli.progress import progress_bar
 from envcore.factory.build import build, default_workers
@@ -92,20 +93,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     print(f"shadow identities built once per scenario: {(time.perf_counter() - t0) * 1000 / len(items):.1f} ms each")
 
     with Sandbox(spares=args.spares) as sandbox:
-        t0 = time.perf_counter()
         sandbox.ping()
-        resolutions: dict[str, int] = {}
-        count = lambda r: resolutions.__setitem__(r, resolutions.get(r, 0) + 1)  # noqa: E731
+        resolutions: Counter[str] = Counter()
         bench.measure_sandbox(sandbox, items[:3], 1, lambda r: None)  # first contact: spares, caches
-        sandboxed = bench.measure_sandbox(sandbox, items, args.rounds, count)
+        sandboxed = bench.measure_sandbox(sandbox, items, args.rounds, lambda r: resolutions.update([r]))
         inprocess = bench.measure_inprocess(items, args.rounds)
         naive = bench.measure_naive(items[: args.naive]) if args.naive else None
         live, memory = bench.measure_live(sandbox, items[:5], 200)
         threads = bench.default_threads()
         rate, total = bench.measure_throughput(sandbox, items, args.throughput_s, threads)
-        layers = next(iter([verify_layers(sandbox, items[0])]))
+        layers = verify_layers(sandbox, items[0])
 
-    print(f"resolutions (reference fixes): {resolutions}")
+    print(f"resolutions (reference fixes): {dict(resolutions)}")
     print(f"sandbox verification (whole verify() call): {sandboxed.line()}")
     print(f"in-process, no isolation (same probes):     {inprocess.line()}; "
           f"sandbox / in-process = {sandboxed.p50 / inprocess.p50:.2f}x")

@@ -176,6 +176,12 @@ class WouldReachApp(BaseException):
     lets it propagate to the runner."""
 
 
+def gate_body(status: int) -> bytes:
+    """What a gate answers with (the body FastAPI itself would send for that status)."""
+    detail = {403: "forbidden", 404: "Not Found"}.get(status, "refused")
+    return json.dumps({"detail": detail}).encode()
+
+
 def gate_app(app: Any, status: int, path_patterns: tuple[str, ...] | None, *, closed: bool = False) -> Any:
     """Wrap ``app`` so that matching HTTP requests get ``status`` without reaching it.
 
@@ -184,8 +190,7 @@ def gate_app(app: Any, status: int, path_patterns: tuple[str, ...] | None, *, cl
     import re
 
     patterns = None if path_patterns is None else [re.compile(p) for p in path_patterns]
-    detail = {403: "forbidden", 404: "Not Found"}.get(status, "refused")
-    body = json.dumps({"detail": detail}).encode()
+    body = gate_body(status)
 
     async def gated(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and (patterns is None or any(p.match(scope["path"]) for p in patterns)):

@@ -117,6 +117,10 @@ def _zygote_environment() -> dict[str, str]:
     }
 
 
+def _source_key(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _validate_response(message: dict[str, Any], body: bytes) -> HttpResponse:
     """A worker's response frame as an :class:`HttpResponse`; :class:`WireError` if malformed."""
     status = message.get("status")
@@ -425,7 +429,7 @@ class Sandbox:
         for path, text in files.items():
             if not path.endswith(".py"):
                 continue
-            key = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+            key = _source_key(text)
             with self._compiled_lock:
                 if key in self._compiled:
                     self._compiled.move_to_end(key)
@@ -444,7 +448,7 @@ class Sandbox:
         with self._compiled_lock:
             for path, text in source.files.items():
                 if path.endswith(".py"):
-                    data = self._compiled.get(hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest())
+                    data = self._compiled.get(_source_key(text))
                     if data is not None:
                         compiled.append([path, offset, len(data)])
                         blobs.append(data)

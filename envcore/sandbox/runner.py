@@ -19,14 +19,14 @@ from urllib.parse import unquote
 
 from envcore.runner.base import AppSource, Batch, Gate, RunReport
 from envcore.runner.execute import assemble_outcomes, plan_requests
-from envcore.runner.http import HttpRequest, HttpResponse
+from envcore.runner.http import HttpRequest, HttpResponse, gate_body
 from envcore.sandbox.pool import AppLoadFailure, Sandbox, WorkerGone
 from envcore.scenario.probes import Probe
 
 
 def _gate_matcher(gate: Gate):
     patterns = None if gate.path_patterns is None else [re.compile(p) for p in gate.path_patterns]
-    body = {403: b'{"detail":"forbidden"}', 404: b'{"detail":"Not Found"}'}.get(gate.status, b'{"detail":"refused"}')
+    body = gate_body(gate.status)
     answer = HttpResponse(gate.status, {"content-type": "application/json"}, body)
 
     def blocks(request: HttpRequest) -> HttpResponse | None:

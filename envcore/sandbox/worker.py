@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import marshal
 import os
 import shutil
@@ -75,8 +74,7 @@ def _precompiled(root: Path, files: dict[str, str], index: list, blob: bytes) ->
     cache = _CodeCache()
     for path, offset, length in index:
         filename = str(root / path)
-        key = (filename, hashlib.sha1(files[path].encode("utf-8")).hexdigest())
-        cache.entries[key] = _relocate(marshal.loads(blob[offset:offset + length]), filename)
+        cache.put(filename, files[path], _relocate(marshal.loads(blob[offset:offset + length]), filename))
     return cache
 
 

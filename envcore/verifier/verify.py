@@ -24,7 +24,7 @@ from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.sandbox.pool import Sandbox
 from envcore.sandbox.runner import run_sandboxed
 from envcore.scenario.bundle import Bundle
-from envcore.verifier.report import ProbeResult, VerificationReport, probe_result, resolve, score, tally
+from envcore.verifier.report import ProbeResult, Tally, VerificationReport, probe_result, resolve, score, tally
 from envcore.scenario.probes import ProbeKind
 
 SHADOW_CACHE_SIZE = 256
@@ -113,12 +113,10 @@ def verify(
     if not run.loaded:
         # Nothing ran: every probe counts as failed.
         security, regression, trap = (
-            type(security)(passed=0, total=sum(p.kind == k for p in probes))
+            Tally(passed=0, total=sum(p.kind == k for p in probes))
             for k in (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP)
         )
     resolution = resolve(security, regression, trap) if probe_set == "all" else None
-    if not run.loaded and probe_set == "all":
-        resolution = resolve(security, regression, trap)
     return VerificationReport(
         scenario_id=scenario_id,
         outcome="graded" if run.loaded else "load_error",
