@@ -73,9 +73,11 @@ class AuditPolicy:
 
     __slots__ = ("workspace", "read_roots", "max_new_files", "new_files")
 
-    def __init__(self, workspace: str, read_roots: Iterable[str], max_new_files: int) -> None:
-        self.workspace = (os.path.abspath(workspace),)
-        self.read_roots = tuple(os.path.abspath(r) for r in read_roots) + self.workspace
+    def __init__(self, workspace: str, read_roots: Iterable[str], max_new_files: int, *, writable: bool = True) -> None:
+        here = (os.path.abspath(workspace),)
+        self.workspace = here if writable else ()
+        """Where the app may write: its workspace, or nowhere when the workspace is shared read-only."""
+        self.read_roots = tuple(os.path.abspath(r) for r in read_roots) + here
         self.max_new_files = max_new_files
         self.new_files = 0
 
@@ -92,6 +94,8 @@ class AuditPolicy:
     def _may_write(self, value: Any) -> str | None:
         path = self._path(value)
         if path is not None and not _under(path, self.workspace):
+            if not self.workspace:
+                return f"this app's files are read-only: {path}"
             return f"writing outside the workspace is not allowed: {path}"
         return None
 

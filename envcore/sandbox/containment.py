@@ -146,6 +146,7 @@ def contain(
     *,
     rehearse: Callable[[], None] | None = None,
     idle_priority: bool = False,
+    writable_workspace: bool = True,
 ) -> dict[str, Any]:
     """Steps 5-7 but the audit hook (the caller has done 1-4); return the active layers and what
     could not be applied. The hook comes last, with :func:`install_audit_hook`, once the worker has
@@ -154,12 +155,17 @@ def contain(
     ``rehearse`` (trusted code, see :func:`envcore.sandbox.worker.rehearse`) runs once the kernel
     layers are in place. With ``idle_priority`` everything up to here runs under ``SCHED_IDLE``, so
     preparing a spare only ever uses a CPU nobody else wants; the worker returns to normal priority
-    before it drops its capabilities (only a privileged process may leave ``SCHED_IDLE``)."""
+    before it drops its capabilities (only a privileged process may leave ``SCHED_IDLE``). Without
+    ``writable_workspace`` the workspace is read-only (a worker forked from a template shares the
+    template's folder, see :mod:`envcore.sandbox.preload`)."""
     if idle_priority:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     layers: dict[str, Any] = {"rlimits": True}
     set_limits(limits)
-    abi, problem_ll = landlock.restrict(read_roots, [workspace])
+    if writable_workspace:
+        abi, problem_ll = landlock.restrict(read_roots, [workspace])
+    else:
+        abi, problem_ll = landlock.restrict([*read_roots, workspace], [])
     layers["landlock_abi"] = abi
     problem_sc = seccomp.install()
     layers["seccomp"] = problem_sc is None
@@ -188,5 +194,5 @@ def freeze_workspace(workspace: str, read_roots: list[str]) -> bool:
     return problem is None and abi > 0
 
 
-def install_audit_hook(workspace: str, limits: SandboxLimits, read_roots: list[str]) -> None:
-    AuditPolicy(workspace, read_roots, limits.max_new_files).install()
+def install_audit_hook(workspace: str, limits: SandboxLimits, read_roots: list[str], *, writable: bool = True) -> None:
+    AuditPolicy(workspace, read_roots, limits.max_new_files, writable=writable).install()

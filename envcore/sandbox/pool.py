@@ -40,6 +40,7 @@ from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
 from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.sandbox.containment import can_leave_idle_priority
 from envcore.sandbox.limits import SandboxLimits
+from envcore.sandbox.templates import TemplateLink, TemplateLost, TemplateSet
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireError, WireTimeout, send_frame
 from envcore.sandbox.worker import request_to_json
 
@@ -143,8 +144,17 @@ def _validate_response(message: dict[str, Any], body: bytes) -> HttpResponse:
 class Worker:
     """One forked process serving one version of an app. Not thread-safe: one user at a time."""
 
-    def __init__(self, sandbox: "Sandbox", pid: int, sock: socket.socket, workspace: str) -> None:
+    def __init__(
+        self, sandbox: "Sandbox", pid: int, sock: socket.socket, workspace: str, template: TemplateLink | None = None
+    ) -> None:
         self.sandbox = sandbox
+        self.template = template
+        """The template this worker was forked from (its workspace is the template's), or ``None``."""
+        self.swapped: bool | None = None
+        """For a template's worker: whether the patch was swapped in (``False``: it fell back to a fresh load)."""
+        self.fallback: Any = None
+        """Called to get a fresh worker when a template's worker answers ``unswappable``."""
+        self.unswappable_reason: str | None = None
         self.pid = pid
         self.sock = sock
         self.workspace = workspace
@@ -169,13 +179,27 @@ class Worker:
             self.close()
             raise AppLoadFailure(f"the app did not finish loading within {timeout_s:g} s") from None
         except PeerClosed:
-            ended = self._ended()
+            try:
+                ended = self._ended()
+            except TemplateLost:
+                if self.fallback is None:
+                    raise
+                # The template died (with its zygote, say) before this worker loaded anything: the
+                # app is not to blame, and a fresh worker can load it.
+                return self._fall_back("the template process was gone", deadline)
             raise AppLoadFailure(f"the app's process ended while loading ({ended})") from None
         except WireError as exc:
             self.close()
             raise AppLoadFailure(f"the app's process broke the protocol while loading: {exc}") from None
         self.containment = message.get("containment") or {}
         self.load_timings_ms = message.get("timings_ms") or {}
+        if message.get("type") == "unswappable" and self.fallback is not None:
+            # The patch changes more than function bodies: load it in a fresh worker instead.
+            self.sandbox.stats["unswappable"] += 1
+            return self._fall_back(str(message.get("reason"))[:500], deadline)
+        if self.template is not None and self.swapped is None:
+            self.swapped = True
+            self.sandbox.stats["swapped"] += 1
         if message.get("type") == "load_error":
             self.close()
             raise AppLoadFailure(str(message.get("error"))[:4000])
@@ -183,6 +207,15 @@ class Worker:
             self.close()
             raise AppLoadFailure("the app's process broke the protocol while loading")
         return self.containment
+
+    def _fall_back(self, reason: str, deadline: float) -> dict[str, Any]:
+        """Become a fresh worker loading the same app (a template's worker could not load it)."""
+        fallback = self.fallback
+        self.close()
+        fresh = fallback()
+        self.__dict__.update(fresh.__dict__)
+        self.swapped, self.unswappable_reason = False, reason
+        return self.wait_ready(max(deadline - time.monotonic(), 0.0))
 
     def send(self, requests: Sequence[HttpRequest]) -> None:
         """Queue requests; the worker answers them in order, one :meth:`receive` each."""
@@ -220,6 +253,8 @@ class Worker:
         """How the worker's process ended (asks the zygote, which reaps it). :class:`ZygoteLost` if
         the zygote that forked it has died since (which is what killed it)."""
         self.close(kill=False)
+        if self.template is not None:
+            return self.template.status(self.pid)
         if self.zygote_generation != self.sandbox.zygote_restarts:
             raise ZygoteLost("the sandbox zygote died (its workers died with it)")
         return self.sandbox.worker_status(self.pid)
@@ -232,9 +267,13 @@ class Worker:
             self.sock.close()
         finally:
             if kill:
-                self.sandbox.kill_worker(self.pid)
-            self.sandbox.release_slot(busy=self.handed_out)
-            self.sandbox.discard_workspace(self.workspace)
+                if self.template is not None:
+                    self.template.kill(self.pid)
+                else:
+                    self.sandbox.kill_worker(self.pid)
+            self.sandbox.release_slot(busy=self.handed_out, template=self.template)
+            if self.template is None:  # a template's worker works in the template's folder
+                self.sandbox.discard_workspace(self.workspace)
 
     def __enter__(self) -> "Worker":
         return self
@@ -254,6 +293,8 @@ class Sandbox:
         pool_wait_s: float = 10.0,
         warm_up: bool = True,
         spares: int = 2,
+        templates: int = 8,
+        template_spares: int = 2,
     ) -> None:
         problem = supported_platform()
         if problem:
@@ -282,8 +323,9 @@ class Sandbox:
         self._reaper_stop = threading.Event()
         self.spares = spares
         self._busy = 0
-        self.stats = {"spawns": 0, "from_spare": 0}
-        """How many workers were handed out, and how many of them were prepared spares."""
+        self.stats = {"spawns": 0, "from_spare": 0, "from_template": 0, "swapped": 0, "unswappable": 0}
+        """Workers handed out; how many were prepared spares; how many were forked from a template,
+        and of those how many loaded the patch by swapping bodies or fell back to a fresh load."""
         """Workers handed out by :meth:`spawn` and not closed yet."""
         self._compiled: OrderedDict[str, bytes] = OrderedDict()
         self._compiled_lock = threading.Lock()
@@ -291,6 +333,8 @@ class Sandbox:
         self._spare_lock = threading.Lock()
         self._want_spares = threading.Event()
         self._spare_thread: threading.Thread | None = None
+        self.templates = TemplateSet(self, templates, template_spares)
+        """Per-scenario template processes (see :mod:`envcore.sandbox.templates`); ``templates=0`` disables them."""
 
     # -- zygote -----------------------------------------------------------------------------
     @property
@@ -353,12 +397,13 @@ class Sandbox:
             self._process.wait()
         self._process, self._sock, self._reader = None, None, None
 
-    def _call(self, message: dict[str, Any], *, timeout_s: float = 10.0, fds: list[int] | None = None) -> dict:
+    def _call(self, message: dict[str, Any], *, timeout_s: float = 10.0, fds: list[int] | None = None,
+              blob: bytes = b"") -> dict:
         """Send a command to the zygote and read its reply (caller holds the lock)."""
         assert self._sock is not None and self._reader is not None
         message = {**message, "id": next(self._ids)}
         try:
-            send_frame(self._sock, message, fds=fds)
+            send_frame(self._sock, message, blob, fds=fds)
             reply, _ = self._reader.read(time.monotonic() + timeout_s)
         except (OSError, WireError) as exc:
             self._discard_zygote()
@@ -378,6 +423,18 @@ class Sandbox:
             except OSError:
                 self._discard_zygote()
 
+    def zygote_call(self, message: dict[str, Any], *, blob: bytes = b"", fds: list[int] | None = None) -> dict:
+        """Send a command to the zygote (started if needed, retried once if it was lost) and return its reply."""
+        with self._lock:
+            for attempt in (1, 2):
+                self._ensure_zygote()
+                try:
+                    return self._call(message, fds=fds, blob=blob)
+                except ZygoteLost:
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
     def ping(self) -> int:
         """The number of live workers; starts the zygote if needed."""
         with self._lock:
@@ -385,15 +442,16 @@ class Sandbox:
             return int(self._call({"type": "ping"})["workers"])
 
     # -- workers ----------------------------------------------------------------------------
-    def _fork_worker(self, *, spare: bool = False) -> Worker:
+    def _fork_worker(self, *, spare: bool = False, template: TemplateLink | None = None) -> Worker:
         """A new contained worker with no app yet; the caller holds a pool slot for it.
 
         A ``spare`` prepares at idle priority where it can (and rehearses an app load, see
-        :func:`envcore.sandbox.worker.rehearse`), or rehearses only when no other worker is busy."""
+        :func:`envcore.sandbox.worker.rehearse`, or for a template's worker copies the template's
+        pages), or rehearses only when no other worker is busy."""
         if self._closed:
             raise RunnerInfrastructureError("the sandbox is closed")
         try:
-            workspace = tempfile.mkdtemp(prefix="w-", dir=self.root)
+            workspace = template.workspace if template else tempfile.mkdtemp(prefix="w-", dir=self.root)
             parent, child = socket.socketpair()
         except OSError as exc:
             raise RunnerInfrastructureError(f"cannot prepare a worker: {exc}") from exc
@@ -401,25 +459,50 @@ class Sandbox:
         message = {"type": "spawn", "workspace": workspace, "limits": self.limits.to_json(),
                    "rehearse": spare and (idle or self._busy == 0), "idle_priority": idle}
         try:
-            with self._lock:
-                for attempt in (1, 2):
-                    self._ensure_zygote()
-                    try:
-                        reply = self._call(message, fds=[child.fileno()])
-                        break
-                    except ZygoteLost:
-                        if attempt == 2:
-                            raise
+            if template is not None:
+                reply = template.call(message, fds=[child.fileno()])
+            else:
+                reply = self.zygote_call(message, fds=[child.fileno()])
             if reply.get("type") != "spawned":
                 raise RunnerInfrastructureError(f"the zygote could not fork: {reply.get('error')}")
         except BaseException:
             parent.close()
-            shutil.rmtree(workspace, ignore_errors=True)
+            if template is None:
+                shutil.rmtree(workspace, ignore_errors=True)
             raise
         finally:
             child.close()
         parent.settimeout(self.limits.request_timeout_s)  # bounds sendall to a worker that stopped reading
-        return Worker(self, int(reply["pid"]), parent, workspace)
+        return Worker(self, int(reply["pid"]), parent, workspace, template)
+
+    def _take_slot_for_spare(self) -> bool:
+        """Take a pool slot for a spare only if another one stays free for real work."""
+        if not self._slots.acquire(blocking=False):
+            return False
+        if not self._slots.acquire(blocking=False):
+            self._slots.release()
+            return False
+        self._slots.release()
+        return True
+
+    def fork_spare(self, template: TemplateLink) -> Worker | None:
+        """A prepared spare of ``template``, or ``None`` if the pool is busy or preparing failed."""
+        if self._closed or not self._take_slot_for_spare():
+            return None
+        try:
+            worker = self._fork_worker(spare=True, template=template)
+        except Exception:  # noqa: BLE001 - a failed spare is retried later
+            self._slots.release()
+            return None
+        try:
+            message, _ = worker.reader.read(time.monotonic() + SPARE_READY_TIMEOUT_S, max_json=1024, max_blob=0)
+            ok = message.get("type") == "spare"
+        except WireError:
+            ok = False
+        if not ok:
+            worker.close()
+            return None
+        return worker
 
     def trust(self, files: Mapping[str, str]) -> None:
         """Compile the ``.py`` files of a trusted app (a bundle as shipped) here, once, so workers
@@ -443,7 +526,7 @@ class Sandbox:
                 while len(self._compiled) > COMPILED_CACHE_SIZE:
                     self._compiled.popitem(last=False)
 
-    def _load_message(self, source: AppSource) -> tuple[dict[str, Any], bytes]:
+    def load_message(self, source: AppSource) -> tuple[dict[str, Any], bytes]:
         compiled, blobs, offset = [], [], 0
         with self._compiled_lock:
             for path, text in source.files.items():
@@ -456,11 +539,24 @@ class Sandbox:
         message = {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint, "compiled": compiled}
         return message, b"".join(blobs)
 
-    def spawn(self, source: AppSource) -> Worker:
+    def spawn(self, source: AppSource, base: AppSource | None = None) -> Worker:
         """A worker that is loading ``source``: a spare if one is ready, else a fresh fork. Requests
-        may be sent at once; :meth:`Worker.wait_ready` says whether the app loaded."""
+        may be sent at once; :meth:`Worker.wait_ready` says whether the app loaded.
+
+        ``base`` is the trusted app ``source`` was patched from, with the same data files (a
+        bundle's files as shipped, with the data being graded). With it, the worker comes from the
+        base's template where the patch fits one (see :mod:`envcore.sandbox.templates`)."""
         if self._closed:
             raise RunnerInfrastructureError("the sandbox is closed")
+        template = self.templates.for_patch(source, base) if base is not None else None
+        if template is not None:
+            try:
+                return self._spawn_from_template(source, template)
+            except TemplateLost:
+                # Died since it was last used: the next lookup builds it again, or loads afresh.
+                template = self.templates.for_patch(source, base) if base is not None else None
+                if template is not None:
+                    return self._spawn_from_template(source, template)
         worker = self._take_spare()
         self.stats["spawns"] += 1
         self.stats["from_spare"] += worker is not None
@@ -486,15 +582,45 @@ class Sandbox:
             worker.close()
             raise RunnerInfrastructureError(f"cannot write the app's files: {exc}") from exc
         try:
-            send_frame(worker.sock, *self._load_message(source))
+            send_frame(worker.sock, *self.load_message(source))
         except OSError:
             worker.close()  # a spare that died while waiting (its zygote was replaced): use a fresh one
             return self.spawn(source)
         return worker
 
-    def load(self, source: AppSource) -> Worker:
+    def _spawn_from_template(self, source: AppSource, template: TemplateLink) -> Worker:
+        worker = self.templates.take_spare(template)
+        self.stats["spawns"] += 1
+        self.stats["from_spare"] += worker is not None
+        self.stats["from_template"] += 1
+        if worker is None:
+            if not self._slots.acquire(timeout=self.pool_wait_s):
+                raise RunnerInfrastructureError(f"sandbox pool exhausted ({self.max_workers} workers busy)")
+            try:
+                worker = self._fork_worker(template=template)
+            except BaseException:
+                self._slots.release()
+                raise
+        with self._spare_lock:
+            self._busy += 1
+            template.busy += 1
+        worker.handed_out = True
+        worker.fallback = lambda: self.spawn(source)
+        try:
+            send_frame(worker.sock, {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint})
+        except OSError:
+            worker.close()  # the template or the spare died: load the patch afresh
+            return self.spawn(source)
+        return worker
+
+    def prepare(self, base: AppSource) -> None:
+        """Start building ``base``'s template in the background, so the first verification of a
+        patch of it does not wait for the import (an episode calls this when it starts)."""
+        self.templates.prepare(base)
+
+    def load(self, source: AppSource, base: AppSource | None = None) -> Worker:
         """:meth:`spawn` and wait until the app is ready (:class:`AppLoadFailure` if it is not)."""
-        worker = self.spawn(source)
+        worker = self.spawn(source, base)
         worker.wait_ready(self.limits.load_timeout_s)
         return worker
 
@@ -516,7 +642,7 @@ class Sandbox:
                 with self._spare_lock:
                     if len(self._spares) >= self.spares:
                         break
-                if not self._slots.acquire(blocking=False):
+                if not self._take_slot_for_spare():
                     break  # the pool is busy: spares must not take slots from real work
                 try:
                     worker = self._fork_worker(spare=True)
@@ -553,14 +679,17 @@ class Sandbox:
         while (path := self._trash.get()) is not None:
             shutil.rmtree(path, ignore_errors=True)
 
-    def release_slot(self, *, busy: bool = False) -> None:
+    def release_slot(self, *, busy: bool = False, template: TemplateLink | None = None) -> None:
         if busy:
             with self._spare_lock:
                 self._busy -= 1
+                if template is not None:
+                    template.busy -= 1
         self._slots.release()
         # Spares are replaced when a worker finishes, not when one is taken: forking and rehearsing a
         # spare while a verification runs would compete with it for the CPU.
         self._want_spares.set()
+        self.templates.want_spares()
 
     # -- live apps --------------------------------------------------------------------------
     def register_live(self, app: Any) -> None:
@@ -589,6 +718,7 @@ class Sandbox:
             spares, self._spares = list(self._spares), deque()
         for worker in spares:
             worker.close()
+        self.templates.close()
         with self._lock:
             self._discard_zygote()
         self._trash.put(None)

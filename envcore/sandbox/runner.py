@@ -46,8 +46,10 @@ def run_sandboxed(
     *,
     gate: Gate | None = None,
     stop_on_failure: bool = False,
+    base: AppSource | None = None,
 ) -> RunReport:
-    """Run ``probes`` against ``source`` in a fresh worker; see the module docstring."""
+    """Run ``probes`` against ``source`` in a fresh worker; see the module docstring. ``base`` (the
+    trusted app ``source`` was patched from) lets the worker come from that app's template."""
     limits = sandbox.limits
     started = time.perf_counter()
     deadline = time.monotonic() + limits.verify_timeout_s
@@ -72,7 +74,7 @@ def run_sandboxed(
                 break
             if worker is None:
                 try:
-                    worker = sandbox.spawn(source)
+                    worker = sandbox.spawn(source, base)
                     containment = worker.wait_ready(min(limits.load_timeout_s, left))
                 except (AppLoadFailure, WorkerGone) as exc:
                     if worker is not None:

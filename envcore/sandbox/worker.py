@@ -68,7 +68,7 @@ def _relocate(code: CodeType, filename: str) -> CodeType:
     return code.replace(co_filename=filename, co_consts=consts)
 
 
-def _precompiled(root: Path, files: dict[str, str], index: list, blob: bytes) -> _CodeCache:
+def precompiled(root: Path, files: dict[str, str], index: list, blob: bytes) -> _CodeCache:
     """A code cache holding the modules the parent compiled (trusted files only, see
     :meth:`~envcore.sandbox.pool.Sandbox.trust`), each given its real file name."""
     cache = _CodeCache()
@@ -121,7 +121,7 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     clock = [time.perf_counter()]
     files: dict[str, str] = message["files"]
     root = Path(workspace)  # the parent has written the data files here; the .py files load from memory
-    code_cache = _precompiled(root, files, message.get("compiled", []), blob)
+    code_cache = precompiled(root, files, message.get("compiled", []), blob)
     layers["no_new_files"] = containment.freeze_workspace(workspace, spawn["read_roots"])
     containment.install_audit_hook(workspace, limits, spawn["read_roots"])
     layers["audit_hook"] = True
@@ -141,6 +141,12 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     clock.append(time.perf_counter())
     timings = {name: round((b - a) * 1000, 3) for name, a, b in zip(("files", "import", "startup"), clock, clock[1:])}
     write_all_fd(fd, encode({"type": "ready", "containment": layers, "timings_ms": timings}))
+    serve_requests(fd, app, loop)
+
+
+def serve_requests(fd: int, app: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Answer the parent's request frames, in order, one response frame per request, until the
+    parent closes the socket (:class:`PeerClosed`)."""
     while True:
         message, _ = read_frame_fd(fd)
         for item in message.get("requests", []):

@@ -10,6 +10,8 @@ freezes the heap (``gc.freeze``) so collections in workers do not copy the share
 Commands arrive as frames on the socket to the parent:
 
 * ``spawn`` (with the worker's socket end passed as SCM_RIGHTS): fork a worker, reply with its pid;
+* ``template`` (likewise with a socket): fork a template holding a scenario's original app, which
+  then serves this same protocol for the workers it forks (see :mod:`envcore.sandbox.preload`);
 * ``kill``: SIGKILL a worker that has not been reaped yet (the zygote reaps, so a pid is never
   reused under the parent's feet); no reply;
 * ``status``: wait briefly for a worker to end (killing it if it does not) and reply how it ended;
@@ -32,7 +34,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # Everything a worker needs is imported here, before the first fork.
 import anyio.to_thread  # noqa: F401
@@ -45,7 +47,10 @@ from envcore.sandbox import containment
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireTimeout, send_frame
 from envcore.sandbox.worker import rehearse, worker_main
 
+ChildMain = Callable[[int, int, dict, bytes], None]
+
 REAP_INTERVAL_S = 0.25
+MAX_TEMPLATE_BLOB = 64 << 20
 KEEP_STATUSES = 512
 
 
@@ -60,9 +65,17 @@ def describe_status(status: int) -> str:
     return f"exited with code {os.WEXITSTATUS(status)}"
 
 
+def _zygote_worker(fd: int, me: int, message: dict[str, Any], blob: bytes) -> None:
+    worker_main(fd, me, message)
+
+
 class Zygote:
-    def __init__(self, sock: socket.socket) -> None:
+    """Forks children on command and reaps them. A template process (:mod:`envcore.sandbox.preload`)
+    runs one too, with its own ``child_main``."""
+
+    def __init__(self, sock: socket.socket, child_main: ChildMain = _zygote_worker) -> None:
         self.sock = sock
+        self.child_main = child_main
         self.reader = FrameReader(sock, collect_fds=True)
         self.live: set[int] = set()
         self.ended: OrderedDict[int, str] = OrderedDict()
@@ -92,7 +105,7 @@ class Zygote:
         gc.collect()
         gc.freeze()
 
-    def spawn(self, message: dict[str, Any]) -> None:
+    def spawn(self, message: dict[str, Any], blob: bytes = b"", child_main: ChildMain | None = None) -> None:
         if not self.reader.fds:
             send_frame(self.sock, {"type": "error", "id": message.get("id"), "error": "spawn without a socket"})
             return
@@ -102,7 +115,7 @@ class Zygote:
         me = os.getpid()
         pid = os.fork()
         if pid == 0:
-            worker_main(fd, me, message)  # never returns
+            (child_main or self.child_main)(fd, me, message, blob)  # never returns
         os.close(fd)
         self.live.add(pid)
         send_frame(self.sock, {"type": "spawned", "id": message.get("id"), "pid": pid})
@@ -125,13 +138,17 @@ class Zygote:
     def serve(self) -> None:
         while True:
             try:
-                message, _ = self.reader.read(time.monotonic() + REAP_INTERVAL_S)
+                message, blob = self.reader.read(time.monotonic() + REAP_INTERVAL_S, max_blob=MAX_TEMPLATE_BLOB)
             except WireTimeout:
                 self.reap()
                 continue
             kind = message.get("type")
             if kind == "spawn":
                 self.spawn(message)
+            elif kind == "template" and self.child_main is _zygote_worker:
+                from envcore.sandbox.preload import template_main
+
+                self.spawn(message, blob, template_main)
             elif kind == "kill":
                 pid = int(message["pid"])
                 if pid in self.live:

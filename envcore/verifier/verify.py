@@ -100,8 +100,10 @@ def verify(
         # by its position (generated probes own their records, so order never decides an outcome).
         _random.shuffle(order)
     tokens = {user.username: user.token for user in graded.users}
+    # The trusted app the patch was made from, with the same data: workers come from its template.
+    base = AppSource(regrade_files({p: t for p, t in bundle.files.items() if is_code(p)}, graded), bundle.entrypoint)
     try:
-        run = run_sandboxed(sandbox, AppSource(app_files, bundle.entrypoint), order, tokens)
+        run = run_sandboxed(sandbox, AppSource(app_files, bundle.entrypoint), order, tokens, base=base)
     except RunnerInfrastructureError as exc:
         return VerificationReport(scenario_id=scenario_id, outcome="infrastructure_error", resolution=None,
                                   reward=None, probe_set=probe_set, infrastructure_error=str(exc),

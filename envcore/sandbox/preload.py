@@ -1,0 +1,214 @@
+"""Templates: a process that holds one scenario's original app and forks workers that swap in patches.
+
+The zygote forks a template on the parent's request (see :mod:`envcore.sandbox.templates`). The
+template imports the scenario's *original* app, which is trusted (it came from the factory or the
+cache, like the apps the zygote warms up on), with the data files the grader will use, and records
+what a worker needs to load a patched version of it without importing it again
+(:class:`~envcore.sandbox.hotswap.LoadedApp`): every app function that ran during the import, every
+function object by qualified name, each module's compiled code. It builds the routes FastAPI would
+otherwise build on the first request, freezes its heap, and from then on serves the zygote's
+protocol (``spawn``, ``kill``, ``status``, ``ping``) on its own socket to the parent.
+
+A worker forked from a template contains itself exactly as a zygote's worker does, except that its
+workspace is the template's folder, **read-only** (Landlock and the audit hook both refuse writes: a
+worker must not change the files the next worker of the same template reads). Given the patched
+files, it swaps in the changed function bodies (:mod:`envcore.sandbox.hotswap`), runs the app's
+startup and serves requests like any worker. When the patch changes more than function bodies it
+answers ``unswappable`` and exits, and the parent loads the patch in a fresh worker instead; no
+patched code has run by then.
+
+Workers start from the template's state right after the import, before any startup or request, so
+each begins exactly where a fresh import of the same files would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envcore.runner.http import Lifespan
+from envcore.runner.inprocess import (
+    AppLoadError,
+    _AppFinder,
+    _endpoint_context_cache,
+    _endpoints,
+    _seed_endpoint_context,
+    import_app,
+)
+from envcore.sandbox import containment, hotswap
+from envcore.sandbox.limits import SandboxLimits
+from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, send_frame, write_all_fd
+from envcore.sandbox.worker import precompiled, serve_requests
+
+
+@dataclass
+class Template:
+    """The loaded original app, as every worker of this template inherits it."""
+
+    app: Any
+    loaded: hotswap.LoadedApp
+    finder: _AppFinder | None
+    entrypoint: str
+
+
+def build_routes(app: Any) -> None:
+    """Build the per-route state FastAPI builds lazily on the first request that walks an included
+    router (so each worker does not build it again). Harmless where FastAPI does not do this."""
+    stack = list(getattr(getattr(app, "router", None), "routes", None) or [])
+    while stack:
+        route = stack.pop()
+        candidates = getattr(route, "effective_candidates", None)
+        if callable(candidates):
+            stack.extend(candidates())
+            low = getattr(route, "effective_low_priority_routes", None)
+            if callable(low):
+                low()
+
+
+def load_template(root: str, files: dict[str, str], entrypoint: str, cache) -> Template:
+    """Import the original app under ``root`` and index it (trusted code only)."""
+    before = set(sys.modules)
+    called: set[tuple[str, str]] = set()
+    stop = hotswap.record_import_calls(root, called)
+    try:
+        app = import_app(Path(root), files, entrypoint, cache, keep_modules=True)
+    finally:
+        stop()
+    _seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
+    build_routes(app)
+    prefix = root.rstrip("/") + "/"
+    modules: dict[str, hotswap.AppModule] = {}
+    for name in set(sys.modules) - before:
+        filename = str(getattr(sys.modules[name], "__file__", None) or "")
+        path = filename[len(prefix):]
+        if filename.startswith(prefix) and path in files:
+            modules[path] = hotswap.AppModule.index(path, name, files[path], cache.compile(files[path], filename), filename)
+    top = entrypoint.partition(":")[0].split(".")[0]
+    loaded = hotswap.LoadedApp(
+        root=root,
+        top=top,
+        modules=modules,
+        functions=hotswap.index_functions(root, gc.get_objects()),
+        called_at_import=called,
+        py_files={p: t for p, t in files.items() if p.endswith(".py")},
+    )
+    finder = next((f for f in sys.meta_path if isinstance(f, _AppFinder)), None)
+    return Template(app, loaded, finder, entrypoint)
+
+
+def template_main(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes) -> None:
+    """Run in a child of the zygote; never returns."""
+    code = 0
+    try:
+        _run_template(fd, zygote_pid, message, blob)
+    except (PeerClosed, BrokenPipeError, ConnectionResetError):
+        pass
+    except BaseException:  # noqa: BLE001 - the parent sees the socket close and treats it as lost
+        code = 1
+    os._exit(code)
+
+
+def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes) -> None:
+    from envcore.sandbox.zygote import Zygote  # the template serves the zygote's protocol
+
+    containment.tie_to_parent(zygote_pid)
+    os.setsid()
+    containment.isolate_descriptors(keep=fd)
+    root = message["workspace"]
+    os.chdir(root)
+    containment.scrub_environment(root)
+    containment.run_sync_inline()
+    sock = socket.socket(fileno=fd)
+    started = time.perf_counter()
+    files: dict[str, str] = message["files"]
+    try:
+        template = load_template(root, files, message["entrypoint"], precompiled(Path(root), files, message.get("compiled", []), blob))
+    except AppLoadError as exc:
+        send_frame(sock, {"type": "template", "ok": False, "error": str(exc)[:2000]})
+        return
+    gc.collect()
+    gc.freeze()  # collections in workers must not touch (and so copy) the template's pages
+    send_frame(sock, {
+        "type": "template", "ok": True, "load_ms": round((time.perf_counter() - started) * 1000, 3),
+        "modules": len(template.loaded.modules), "functions": len(template.loaded.functions),
+        "called_at_import": len(template.loaded.called_at_import),
+    })
+    forker = Zygote(sock, child_main=lambda child_fd, me, spawn, _blob: template_worker_main(child_fd, me, spawn, template))
+    forker.serve()
+
+
+def _touch_heap() -> None:
+    """Copy the template's heap pages into this worker now, while it waits as a spare.
+
+    Forked memory is shared copy-on-write; every page a request writes to (a reference count is
+    enough) is copied on first touch, which in a fresh fork adds up to about as much time as the
+    requests themselves. Touching every object that the garbage collector tracks does the copying
+    before the app arrives. It changes no object."""
+    gc.unfreeze()
+    objects = gc.get_objects()
+    gc.freeze()
+    del objects
+
+
+def template_worker_main(fd: int, template_pid: int, spawn: dict[str, Any], template: Template) -> None:
+    """Run in a child of a template; never returns."""
+    code = 0
+    try:
+        _serve_swapped(fd, template_pid, spawn, template)
+    except PeerClosed:
+        pass
+    except BaseException:  # noqa: BLE001 - whatever the app did, the process ends here
+        code = 1
+    os._exit(code)
+
+
+def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: Template) -> None:
+    containment.tie_to_parent(template_pid)
+    os.setsid()
+    containment.isolate_descriptors(keep=fd)
+    root = template.loaded.root
+    limits = SandboxLimits.from_json(spawn["limits"])
+    loop = asyncio.new_event_loop()  # before seccomp: its self-pipe is a socketpair
+    layers = containment.contain(root, limits, spawn["read_roots"], rehearse=_touch_heap if spawn.get("rehearse") else None,
+                                 idle_priority=bool(spawn.get("idle_priority")), writable_workspace=False)
+    layers["workspace"] = "read-only"
+    write_all_fd(fd, encode({"type": "spare"}))
+
+    message, _ = read_frame_fd(fd)
+    clock = [time.perf_counter()]
+    containment.install_audit_hook(root, limits, spawn["read_roots"], writable=False)
+    layers["audit_hook"] = True
+    files: dict[str, str] = message["files"]
+    try:
+        changed = hotswap.swap_in(template.loaded, files)
+    except hotswap.NotSwappable as exc:
+        write_all_fd(fd, encode({"type": "unswappable", "reason": str(exc)[:2000], "containment": layers}))
+        return
+    except Exception as exc:  # noqa: BLE001 - an import the patch added failed: the app's error
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" at {os.path.relpath(frames[-1].filename, root)}:{frames[-1].lineno}" if frames else ""
+        write_all_fd(fd, encode({"type": "load_error", "error": f"{type(exc).__name__}{where}: {exc}", "containment": layers}))
+        return
+    if template.finder is not None:
+        template.finder.files = files  # imports made later and tracebacks see the patched sources
+    clock.append(time.perf_counter())
+    try:
+        failure = loop.run_until_complete(Lifespan(template.app).startup())
+        if failure is not None:
+            raise AppLoadError(f"startup failed: {failure}")
+    except AppLoadError as exc:
+        write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
+        return
+    clock.append(time.perf_counter())
+    timings = {"swap": round((clock[1] - clock[0]) * 1000, 3), "startup": round((clock[2] - clock[1]) * 1000, 3),
+               "swapped_files": len(changed)}
+    write_all_fd(fd, encode({"type": "ready", "containment": layers, "timings_ms": timings}))
+    serve_requests(fd, template.app, loop)
