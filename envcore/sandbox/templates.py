@@ -11,8 +11,8 @@ A template is used only when the patch keeps the base's entrypoint, its set of P
 every other file byte for byte; the worker itself decides whether the code change qualifies and
 otherwise says ``unswappable``, and the sandbox falls back to a fresh worker. At most
 ``max_templates`` templates live at once (least recently used goes first, never one with workers
-out); the most recently used one keeps ``spares`` contained workers ready, with the template's
-pages already copied into them. A template that fails to load its (trusted) app is remembered as
+out); up to ``spares`` contained workers are kept ready, prepared for the most recently used
+template, with the template's pages already copied into them. A template that fails to load its (trusted) app is remembered as
 such and not retried; one that dies is rebuilt on next use.
 """
 
@@ -134,6 +134,7 @@ class TemplateSet:
         self._building: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._mru: str | None = None
+        self._mru_hits = 0
         self._want_spares = threading.Event()
         self._spare_thread: threading.Thread | None = None
         self._closed = False
@@ -267,14 +268,12 @@ class TemplateSet:
 
     # -- spares -----------------------------------------------------------------------------
     def _touch(self, key: str) -> None:
-        """``key`` is now the most recently used template: it gets the spares (caller holds the lock)."""
-        if self._mru != key:
-            old = self._links.get(self._mru or "")
-            self._mru = key
-            if old is not None:
-                spares, old.spares = list(old.spares), deque()
-                for worker in spares:  # not under the lock: closing talks to the template
-                    threading.Thread(target=worker.close, daemon=True).start()
+        """``key`` is now the most recently used template: new spares are prepared for it (caller
+        holds the lock). At most ``spares`` exist in all; those of other templates are given up for
+        it only once it is used twice in a row (a group of rollouts), so that scenarios verified in
+        turn do not throw prepared work away at every switch."""
+        self._mru_hits = self._mru_hits + 1 if self._mru == key else 1
+        self._mru = key
         self.want_spares()
 
     def want_spares(self) -> None:
@@ -302,6 +301,14 @@ class TemplateSet:
                     link = self._links.get(self._mru or "")
                     if link is None or not link.alive or len(link.spares) >= self.spares:
                         break
+                    others = [other for other in self._links.values() if other is not link and other.spares]
+                    reclaim = None
+                    if len(link.spares) + sum(len(other.spares) for other in others) >= self.spares:
+                        if self._mru_hits < 2 or not others:
+                            break
+                        reclaim = others[0].spares.popleft()  # least recently used template first
+                if reclaim is not None:
+                    reclaim.close()
                 worker = self.sandbox.fork_spare(link)
                 if worker is None:
                     break

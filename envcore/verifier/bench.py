@@ -3,8 +3,13 @@
 Every figure comes from one run over the same bundles (from the shipped cache, each patched with
 its reference fix, so every verification is a full pass over all probes):
 
-* **sandbox**: :func:`envcore.verifier.verify`, the whole call (shadow identities, file swap, worker,
-  probes, grading), one scenario after another as an evaluation loop would;
+* **sandbox, template ready**: :func:`envcore.verifier.verify`, the whole call (shadow identities,
+  file swap, worker, probes, grading), each scenario's verifications in a row with its template
+  built beforehand (:mod:`envcore.sandbox.templates`), as for a GRPO group whose episodes prepared
+  the template at reset;
+* **sandbox, fresh load**: the same call with templates disabled, every worker importing the whole
+  app: a scenario's first verification when nothing prepared it, or a patch that is more than a
+  change of function bodies;
 * **in-process**: the same probes against the same files imported into this process, with no
   isolation at all: the floor set by FastAPI's own work, for scale;
 * **naive**: pytest with Starlette's ``TestClient`` in a fresh subprocess per verification, what a
@@ -78,14 +83,26 @@ def _graded_source(bundle: Bundle, files: dict[str, str]) -> tuple[AppSource, Bu
     return AppSource(regrade_files(code, shadow), bundle.entrypoint), shadow
 
 
-def measure_sandbox(sandbox: Sandbox, items, rounds: int, on_result: Callable[[str], None]) -> Distribution:
+def base_of(bundle: Bundle) -> AppSource:
+    """The trusted app a patch of ``bundle`` is made from, with the data a full verification grades."""
+    shadow = shadow_for(bundle) or bundle
+    return AppSource(regrade_files({p: t for p, t in bundle.files.items() if is_code(p)}, shadow), bundle.entrypoint)
+
+
+def measure_sandbox(sandbox: Sandbox, items, rounds: int, on_result: Callable[[str], None], *,
+                    grouped: bool = False) -> Distribution:
+    """``rounds`` verifications of each scenario: in turn (an evaluation loop), or with ``grouped``
+    one scenario's in a row after building its template untimed (a GRPO group after the episode's
+    reset prepared the template)."""
     dist = Distribution()
-    for _ in range(rounds):
-        for bundle, files in items:
-            started = time.perf_counter()
-            report = verify(bundle, files, sandbox=sandbox)
-            dist.samples_ms.append((time.perf_counter() - started) * 1000)
-            on_result(report.resolution.value if report.resolution else report.outcome)
+    order = [(b, f) for b, f in items for _ in range(rounds)] if grouped else [x for _ in range(rounds) for x in items]
+    for bundle, files in order:
+        if grouped:
+            sandbox.templates.get(base_of(bundle))  # built once per scenario, before the clock starts
+        started = time.perf_counter()
+        report = verify(bundle, files, sandbox=sandbox)
+        dist.samples_ms.append((time.perf_counter() - started) * 1000)
+        on_result(report.resolution.value if report.resolution else report.outcome)
     return dist
 
 
