@@ -41,7 +41,7 @@ from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.sandbox.containment import can_leave_idle_priority
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.templates import TemplateLink, TemplateLost, TemplateSet
-from envcore.sandbox.wire import FrameReader, PeerClosed, WireError, WireTimeout, send_frame
+from envcore.sandbox.wire import FrameReader, PeerClosed, WireError, WireTimeout, exchange, send_frame
 from envcore.sandbox.worker import request_to_json
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
@@ -401,17 +401,11 @@ class Sandbox:
               blob: bytes = b"") -> dict:
         """Send a command to the zygote and read its reply (caller holds the lock)."""
         assert self._sock is not None and self._reader is not None
-        message = {**message, "id": next(self._ids)}
         try:
-            send_frame(self._sock, message, blob, fds=fds)
-            reply, _ = self._reader.read(time.monotonic() + timeout_s)
+            return exchange(self._sock, self._reader, {**message, "id": next(self._ids)}, timeout_s, fds=fds, blob=blob)
         except (OSError, WireError) as exc:
             self._discard_zygote()
             raise ZygoteLost(f"the sandbox zygote is gone ({type(exc).__name__}: {exc})") from None
-        if reply.get("id") != message["id"]:
-            self._discard_zygote()
-            raise ZygoteLost("the sandbox zygote answered out of turn")
-        return reply
 
     def _tell(self, message: dict[str, Any]) -> None:
         """Send a command that has no reply; a lost zygote is noticed at the next spawn."""

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envcore.runner.http import Lifespan
 from envcore.runner.inprocess import (
     AppLoadError,
     _AppFinder,
@@ -46,7 +45,7 @@ from envcore.runner.inprocess import (
 from envcore.sandbox import containment, hotswap
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, send_frame, write_all_fd
-from envcore.sandbox.worker import precompiled, serve_requests
+from envcore.sandbox.worker import precompiled, start_and_serve
 
 
 @dataclass
@@ -200,15 +199,4 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     if template.finder is not None:
         template.finder.files = files  # imports made later and tracebacks see the patched sources
     clock.append(time.perf_counter())
-    try:
-        failure = loop.run_until_complete(Lifespan(template.app).startup())
-        if failure is not None:
-            raise AppLoadError(f"startup failed: {failure}")
-    except AppLoadError as exc:
-        write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
-        return
-    clock.append(time.perf_counter())
-    timings = {"swap": round((clock[1] - clock[0]) * 1000, 3), "startup": round((clock[2] - clock[1]) * 1000, 3),
-               "swapped_files": len(changed)}
-    write_all_fd(fd, encode({"type": "ready", "containment": layers, "timings_ms": timings}))
-    serve_requests(fd, template.app, loop)
+    start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(changed)})

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.inprocess import AppLoadError, materialize
-from envcore.sandbox.wire import FrameReader, WireError, send_frame
+from envcore.sandbox.wire import FrameReader, WireError, exchange, send_frame
 
 if TYPE_CHECKING:  # pragma: no cover
     from envcore.sandbox.pool import Sandbox, Worker
@@ -79,17 +79,11 @@ class TemplateLink:
         with self._lock:
             if not self.alive:
                 raise TemplateLost("the scenario's template process is gone")
-            message = {**message, "id": next(self._ids)}
             try:
-                send_frame(self.sock, message, fds=fds)
-                reply, _ = self.reader.read(time.monotonic() + timeout_s)
+                return exchange(self.sock, self.reader, {**message, "id": next(self._ids)}, timeout_s, fds=fds)
             except (OSError, WireError) as exc:
                 self._lost()
-                raise TemplateLost(f"the scenario's template process is gone ({type(exc).__name__})") from None
-            if reply.get("id") != message["id"]:
-                self._lost()
-                raise TemplateLost("the scenario's template process answered out of turn")
-            return reply
+                raise TemplateLost(f"the scenario's template process is gone ({type(exc).__name__}: {exc})") from None
 
     def tell(self, message: dict[str, Any]) -> None:
         with self._lock:

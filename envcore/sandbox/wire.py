@@ -106,6 +106,17 @@ class FrameReader:
         return message, blob
 
 
+def exchange(sock: socket.socket, reader: "FrameReader", message: dict[str, Any], timeout_s: float, *,
+             fds: list[int] | None = None, blob: bytes = b"") -> dict[str, Any]:
+    """Send a command (carrying an ``id``) and read the reply to it: the parent's side of the zygote
+    and template protocol. :class:`WireError` if the reply is to another command."""
+    send_frame(sock, message, blob, fds=fds)
+    reply, _ = reader.read(time.monotonic() + timeout_s)
+    if reply.get("id") != message.get("id"):
+        raise WireError("the process answered out of turn")
+    return reply
+
+
 def read_exact_fd(fd: int, n: int) -> bytes:
     """Blocking read of exactly ``n`` bytes from a raw fd (worker side; no deadline needed there)."""
     parts = []

@@ -131,7 +131,18 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     try:
         app = import_app(root, files, message["entrypoint"], code_cache, keep_modules=True)
         _seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
-        clock.append(time.perf_counter())
+    except AppLoadError as exc:
+        write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
+        return
+    clock.append(time.perf_counter())
+    start_and_serve(fd, app, loop, layers, clock, ("files", "import"))
+
+
+def start_and_serve(fd: int, app: Any, loop: asyncio.AbstractEventLoop, layers: dict[str, Any], clock: list[float],
+                    phases: tuple[str, ...], extra: dict[str, Any] | None = None) -> None:
+    """Run the app's startup, report ``ready`` (with how long each phase in ``clock`` took) or
+    ``load_error``, and serve requests."""
+    try:
         failure = loop.run_until_complete(Lifespan(app).startup())
         if failure is not None:
             raise AppLoadError(f"startup failed: {failure}")
@@ -139,8 +150,9 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
         write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
         return
     clock.append(time.perf_counter())
-    timings = {name: round((b - a) * 1000, 3) for name, a, b in zip(("files", "import", "startup"), clock, clock[1:])}
-    write_all_fd(fd, encode({"type": "ready", "containment": layers, "timings_ms": timings}))
+    names = (*phases, "startup")
+    timings: dict[str, Any] = {name: round((b - a) * 1000, 3) for name, a, b in zip(names, clock, clock[1:])}
+    write_all_fd(fd, encode({"type": "ready", "containment": layers, "timings_ms": {**timings, **(extra or {})}}))
     serve_requests(fd, app, loop)
 
 
