@@ -166,7 +166,7 @@ def test_turning_a_function_into_a_generator_loads_afresh(box):
 def test_dropped_name_another_module_imports_loads_afresh_and_fails_like_a_fresh_import(box):
     files = patched(tapp_store=("from pathlib import Path\n", "import pathlib\n"))
     files["tapp/store.py"] = files["tapp/store.py"].replace("Path(__file__)", "pathlib.Path(__file__)")
-    with load(box, files) as worker:  # main does not take Path from store: swapped
+    with load(box, files) as worker:
         assert worker.swapped is False  # the module-level DATA line changed: not a body change
     files = dict(BASE_FILES, **{"tapp/main.py": MAIN.replace("from .store import DATA,", "from .store import DATA, os as store_os,")})
     base = AppSource(files, ENTRY)

@@ -60,22 +60,20 @@ def _same_value(a: Any, b: Any) -> bool:
     return a == b
 
 
+_SIGNATURE_FIELDS = ("co_name", "co_qualname", "co_flags", "co_argcount", "co_posonlyargcount",
+                     "co_kwonlyargcount", "co_freevars")
+"""What a function's code says about how it is called and what kind it is."""
+_BODY_FIELDS = ("co_code", "co_names", "co_varnames", "co_cellvars", "co_exceptiontable")
+"""The rest of a code object, apart from its constants and line numbers."""
+
+
+def _same_fields(a: types.CodeType, b: types.CodeType, fields: tuple[str, ...]) -> bool:
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
 def _same_frame(a: types.CodeType, b: types.CodeType) -> bool:
     """Everything but constants and line numbers."""
-    return (
-        a.co_code == b.co_code
-        and a.co_names == b.co_names
-        and a.co_varnames == b.co_varnames
-        and a.co_freevars == b.co_freevars
-        and a.co_cellvars == b.co_cellvars
-        and a.co_flags == b.co_flags
-        and a.co_argcount == b.co_argcount
-        and a.co_posonlyargcount == b.co_posonlyargcount
-        and a.co_kwonlyargcount == b.co_kwonlyargcount
-        and a.co_exceptiontable == b.co_exceptiontable
-        and a.co_name == b.co_name
-        and a.co_qualname == b.co_qualname
-    )
+    return _same_fields(a, b, _SIGNATURE_FIELDS) and _same_fields(a, b, _BODY_FIELDS)
 
 
 def same_code(a: types.CodeType, b: types.CodeType) -> bool:
@@ -94,14 +92,8 @@ def _same_signature(a: types.CodeType, b: types.CodeType) -> bool:
     """Same name, arguments, kind, closure and docstring (co_consts[0] is the docstring or None)."""
     nargs = a.co_argcount + a.co_kwonlyargcount + bool(a.co_flags & 0x4) + bool(a.co_flags & 0x8)
     return (
-        a.co_name == b.co_name
-        and a.co_qualname == b.co_qualname
-        and a.co_flags == b.co_flags
-        and a.co_argcount == b.co_argcount
-        and a.co_posonlyargcount == b.co_posonlyargcount
-        and a.co_kwonlyargcount == b.co_kwonlyargcount
+        _same_fields(a, b, _SIGNATURE_FIELDS)
         and a.co_varnames[:nargs] == b.co_varnames[:nargs]
-        and a.co_freevars == b.co_freevars
         and _same_value(a.co_consts[:1], b.co_consts[:1])
     )
 

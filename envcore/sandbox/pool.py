@@ -479,8 +479,9 @@ class Sandbox:
         self._slots.release()
         return True
 
-    def fork_spare(self, template: TemplateLink) -> Worker | None:
-        """A prepared spare of ``template``, or ``None`` if the pool is busy or preparing failed."""
+    def fork_spare(self, template: TemplateLink | None = None) -> Worker | None:
+        """A prepared spare (of the zygote, or of ``template``), or ``None`` if the pool is busy or
+        preparing failed. It is returned only once prepared (at idle priority that may take a while)."""
         if self._closed or not self._take_slot_for_spare():
             return None
         try:
@@ -636,19 +637,10 @@ class Sandbox:
                 with self._spare_lock:
                     if len(self._spares) >= self.spares:
                         break
-                if not self._take_slot_for_spare():
-                    break  # the pool is busy: spares must not take slots from real work
-                try:
-                    worker = self._fork_worker(spare=True)
-                except Exception:  # noqa: BLE001 - a failed spare is retried on the next spawn
-                    self._slots.release()
-                    break
-                try:  # a spare is offered only once it is prepared (at idle priority, that may take a while)
-                    message, _ = worker.reader.read(time.monotonic() + SPARE_READY_TIMEOUT_S, max_json=1024, max_blob=0)
-                    ok = message.get("type") == "spare"
-                except WireError:
-                    ok = False
-                if not ok or self._closed:
+                worker = self.fork_spare()
+                if worker is None:
+                    break  # the pool is busy (spares must not take slots from real work) or forking failed
+                if self._closed:
                     worker.close()
                     break
                 with self._spare_lock:

@@ -63,9 +63,9 @@ def fits(source: AppSource, base: AppSource) -> bool:
 class TemplateLink:
     """The parent's connection to one template process. Thread-safe."""
 
-    def __init__(self, key: str, pid: int, sock: socket.socket, workspace: str, info: dict[str, Any]) -> None:
-        self.key, self.pid, self.sock, self.workspace, self.info = key, pid, sock, workspace, info
-        self.reader = FrameReader(sock)
+    def __init__(self, key: str, pid: int, sock: socket.socket, reader: FrameReader, workspace: str,
+                 info: dict[str, Any]) -> None:
+        self.key, self.pid, self.sock, self.reader, self.workspace, self.info = key, pid, sock, reader, workspace, info
         self.alive = True
         self.generation = 0
         """The zygote generation that forked it (see ``Sandbox.zygote_restarts``)."""
@@ -234,9 +234,8 @@ class TemplateSet:
             sandbox.discard_workspace(workspace)
             raise AppLoadError(str(ready.get("error")))
         parent.settimeout(sandbox.limits.request_timeout_s)
-        link = TemplateLink(key, int(reply["pid"]), parent, workspace, ready)
+        link = TemplateLink(key, int(reply["pid"]), parent, reader, workspace, ready)
         link.generation = sandbox.zygote_restarts
-        link.reader = reader  # keeps anything buffered after the ready frame
         self.stats["built"] += 1
         self.stats["build_ms"] += (time.perf_counter() - started) * 1000
         return link

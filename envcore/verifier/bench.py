@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from envcore.cache import ScenarioCache
-from envcore.factory.shadow import is_code, regrade_files
 from envcore.patching import apply_patch
 from envcore.runner.base import AppSource
 from envcore.runner.execute import plan_requests
@@ -37,7 +36,7 @@ from envcore.runner.pytest_subprocess import PytestSubprocessRunner
 from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
 from envcore.scenario.bundle import Bundle
-from envcore.verifier.verify import shadow_for, verify
+from envcore.verifier.verify import graded_source, shadow_for, verify
 
 
 @dataclass
@@ -79,14 +78,7 @@ def patched_bundles(cache: ScenarioCache, n: int) -> list[tuple[Bundle, dict[str
 
 def _graded_source(bundle: Bundle, files: dict[str, str]) -> tuple[AppSource, Bundle]:
     shadow = shadow_for(bundle) or bundle
-    code = {p: t for p, t in files.items() if is_code(p)}
-    return AppSource(regrade_files(code, shadow), bundle.entrypoint), shadow
-
-
-def base_of(bundle: Bundle) -> AppSource:
-    """The trusted app a patch of ``bundle`` is made from, with the data a full verification grades."""
-    shadow = shadow_for(bundle) or bundle
-    return AppSource(regrade_files({p: t for p, t in bundle.files.items() if is_code(p)}, shadow), bundle.entrypoint)
+    return graded_source(bundle, files, shadow), shadow
 
 
 def measure_sandbox(sandbox: Sandbox, items, rounds: int, on_result: Callable[[str], None], *,
@@ -98,7 +90,7 @@ def measure_sandbox(sandbox: Sandbox, items, rounds: int, on_result: Callable[[s
     order = [(b, f) for b, f in items for _ in range(rounds)] if grouped else [x for _ in range(rounds) for x in items]
     for bundle, files in order:
         if grouped:
-            sandbox.templates.get(base_of(bundle))  # built once per scenario, before the clock starts
+            sandbox.templates.get(_graded_source(bundle, bundle.files)[0])  # built before the clock starts
         started = time.perf_counter()
         report = verify(bundle, files, sandbox=sandbox)
         dist.samples_ms.append((time.perf_counter() - started) * 1000)

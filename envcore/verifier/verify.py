@@ -51,6 +51,13 @@ def shadow_for(bundle: Bundle) -> Bundle | None:
     return shadow
 
 
+def graded_source(bundle: Bundle, files: Mapping[str, str], graded: Bundle) -> AppSource:
+    """The app as graded: the code of ``files`` with the data files of ``graded`` (the shadow or the
+    bundle itself). ``graded_source(bundle, bundle.files, graded)`` is the trusted base a patch was
+    made from, whose template the sandbox forks workers from."""
+    return AppSource(regrade_files({p: t for p, t in files.items() if is_code(p)}, graded), bundle.entrypoint)
+
+
 def read_workspace(workspace: Mapping[str, str] | str | Path) -> dict[str, str]:
     """Files of a workspace given as a mapping or as a folder (read as UTF-8 text)."""
     if isinstance(workspace, Mapping):
@@ -91,8 +98,6 @@ def verify(
     graded = bundle
     if probe_set == "all" and shadow:
         graded = shadow_for(bundle) or bundle
-    code = {path: text for path, text in files.items() if is_code(path)}
-    app_files = regrade_files(code, graded)
     probes = bundle.visible_probes if probe_set == "visible" else graded.probes
     order = list(probes)
     if graded.spec is not None:
@@ -101,9 +106,9 @@ def verify(
         _random.shuffle(order)
     tokens = {user.username: user.token for user in graded.users}
     # The trusted app the patch was made from, with the same data: workers come from its template.
-    base = AppSource(regrade_files({p: t for p, t in bundle.files.items() if is_code(p)}, graded), bundle.entrypoint)
+    base = graded_source(bundle, bundle.files, graded)
     try:
-        run = run_sandboxed(sandbox, AppSource(app_files, bundle.entrypoint), order, tokens, base=base)
+        run = run_sandboxed(sandbox, graded_source(bundle, files, graded), order, tokens, base=base)
     except RunnerInfrastructureError as exc:
         return VerificationReport(scenario_id=scenario_id, outcome="infrastructure_error", resolution=None,
                                   reward=None, probe_set=probe_set, infrastructure_error=str(exc),
