@@ -5,3 +5,6 @@ GENERATOR_VERSION = "a01-gen-1"
 
 CACHE_FORMAT_VERSION = 1
 """Layout of a cache folder (manifest fields, file naming)."""
+
+PACKAGE_VERSION = "0.1.0"
+"""The release of the environment (``pyproject.toml``, ``openenv.yaml``, ``/metadata``)."""

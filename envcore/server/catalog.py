@@ -32,12 +32,14 @@ def public_view(bundle: Bundle) -> dict[str, Any]:
     }
 
 
-def catalog_router(cache: ScenarioCache) -> APIRouter:
+def catalog_router(cache: ScenarioCache, *, health: bool = True) -> APIRouter:
+    """The catalog's routes; ``health=False`` leaves ``/health`` to the app it joins (OpenEnv's)."""
     router = APIRouter(tags=["catalog"])
 
-    @router.get("/health")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", "cache": cache.root.name, "scenarios": len(cache)}
+    if health:
+        @router.get("/health")
+        def health_check() -> dict[str, Any]:
+            return {"status": "ok", "cache": cache.root.name, "scenarios": len(cache)}
 
     @router.get("/scenarios")
     def list_scenarios(

@@ -1,0 +1,205 @@
+"""Wire types of an episode: the typed tool actions, the observation and the state.
+
+An action is one tool call, a discriminated union on the ``tool`` field::
+
+    {"tool": "read_file", "path": "app/routers/tickets.py", "start_line": 1, "end_line": 80}
+    {"tool": "http_request", "method": "GET", "path": "/api/tickets/3", "as_user": "bob"}
+    {"tool": "apply_patch", "diff": "--- a/app/routers/tickets.py\\n+++ ..."}
+    {"tool": "submit"}
+
+Every model forbids unknown fields and bounds its sizes (:data:`LIMITS`), so a malformed or oversized
+action is refused with a clear message before anything runs. OpenEnv's server validates an action
+with ``action_cls.model_validate``; :class:`A01Action` is the class it is given: a root model over
+the union, so the wire shape stays flat and ``/schema`` publishes every tool's arguments. ``reset``, ``step``, ``state`` and the verifier are not
+tools: a ``tool`` value outside :data:`TOOL_NAMES` is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field, RootModel, TypeAdapter, field_validator
+
+from envcore.scenario.probes import HTTP_METHODS
+
+LIMITS = {
+    "path_chars": 512,
+    "request_path_chars": 2048,
+    "headers": 32,
+    "header_chars": 4096,
+    "json_body_bytes": 64 * 1024,
+    "diff_bytes": 256 * 1024,
+    "edit_bytes": 64 * 1024,
+    "search_chars": 200,
+    "search_results": 200,
+    "read_lines": 2000,
+}
+"""Documented bounds on action arguments (see ``docs/environment.md``)."""
+
+
+class _Tool(Action):
+    """A tool call. ``tool`` names the tool; the other fields are its arguments."""
+
+    tool: str
+    read_only: ClassVar[bool] = True
+    """Whether the tool leaves the episode's files and phase as they are."""
+
+
+class ListFiles(_Tool):
+    """List the app's files with their sizes in lines."""
+
+    tool: Literal["list_files"] = "list_files"
+
+
+class ReadFile(_Tool):
+    """Read one file of the app, optionally a line range (1-based, inclusive)."""
+
+    tool: Literal["read_file"] = "read_file"
+    path: str = Field(min_length=1, max_length=LIMITS["path_chars"])
+    start_line: int | None = Field(default=None, ge=1)
+    end_line: int | None = Field(default=None, ge=1)
+
+
+class SearchCode(_Tool):
+    """Search the app's files for a text (or a regular expression with ``regex``); returns matching
+    lines as ``path:line: text``."""
+
+    tool: Literal["search_code"] = "search_code"
+    query: str = Field(min_length=1, max_length=LIMITS["search_chars"])
+    regex: bool = False
+    path_prefix: str | None = Field(default=None, max_length=LIMITS["path_chars"])
+    max_results: int = Field(default=50, ge=1, le=LIMITS["search_results"])
+
+
+class HttpRequestTool(_Tool):
+    """Send an HTTP request to the running app as a seeded user (by username) or anonymously."""
+
+    tool: Literal["http_request"] = "http_request"
+    method: str = "GET"
+    path: str = Field(min_length=1, max_length=LIMITS["request_path_chars"])
+    as_user: str | None = Field(default=None, max_length=128)
+    """A seeded user's username (their token is sent as a bearer token); ``None`` for anonymous."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    json_body: Any = None
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in HTTP_METHODS:
+            raise ValueError(f"method must be one of {', '.join(HTTP_METHODS)}")
+        return upper
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("path must start with '/' (e.g. /api/items/1?limit=5)")
+        if any(ord(c) < 32 or c == "\x7f" for c in value):
+            raise ValueError("path must not contain control characters")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > LIMITS["headers"]:
+            raise ValueError(f"at most {LIMITS['headers']} headers")
+        for name, text in value.items():
+            if not name or len(name) + len(text) > LIMITS["header_chars"]:
+                raise ValueError(f"header {name[:40]!r} is empty or too long")
+            if any(ord(c) < 32 or c in "\x7f:" for c in name) or any(ord(c) < 32 and c != "\t" for c in text):
+                raise ValueError(f"header {name[:40]!r} has control characters")
+        return value
+
+
+class ApplyPatch(_Tool):
+    """Apply a unified diff (``--- a/path`` / ``+++ b/path`` headers, ``@@`` hunks) to the app's files."""
+
+    tool: Literal["apply_patch"] = "apply_patch"
+    read_only: ClassVar[bool] = False
+    diff: str = Field(min_length=1, max_length=LIMITS["diff_bytes"])
+
+
+class EditFile(_Tool):
+    """Replace an exact text in one file; the text must occur exactly once."""
+
+    tool: Literal["edit_file"] = "edit_file"
+    read_only: ClassVar[bool] = False
+    path: str = Field(min_length=1, max_length=LIMITS["path_chars"])
+    search: str = Field(min_length=1, max_length=LIMITS["edit_bytes"])
+    replace: str = Field(max_length=LIMITS["edit_bytes"])
+
+
+class RunTests(_Tool):
+    """Run the scenario's visible probes against the app as patched (hidden probes run only at submit)."""
+
+    tool: Literal["run_tests"] = "run_tests"
+
+
+class ViewDiff(_Tool):
+    """Show the current diff against the original app."""
+
+    tool: Literal["view_diff"] = "view_diff"
+
+
+class Submit(_Tool):
+    """Submit the app as patched: every probe runs, the episode ends and the reward is revealed."""
+
+    tool: Literal["submit"] = "submit"
+    read_only: ClassVar[bool] = False
+
+
+TOOL_MODELS: tuple[type[_Tool], ...] = (ListFiles, ReadFile, SearchCode, HttpRequestTool, ApplyPatch, EditFile,
+                                        RunTests, ViewDiff, Submit)
+TOOL_NAMES: tuple[str, ...] = tuple(m.model_fields["tool"].default for m in TOOL_MODELS)
+ToolAction = Annotated[Union[tuple(TOOL_MODELS)], Field(discriminator="tool")]  # type: ignore[valid-type]
+_adapter: TypeAdapter = TypeAdapter(ToolAction)
+
+
+class A01Action(RootModel[ToolAction]):  # type: ignore[valid-type]
+    """The action class given to OpenEnv: one tool call, validated into its concrete model (``.root``).
+    ``/schema`` publishes the union, discriminated on ``tool``."""
+
+
+def parse_action(data: Any) -> _Tool:
+    """The tool model for ``data`` (a dict or JSON text); :class:`pydantic.ValidationError` if invalid."""
+    if isinstance(data, (str, bytes)):
+        return _adapter.validate_json(data)
+    return _adapter.validate_python(data)
+
+
+Phase = Literal["exploring", "patched", "submitted"]
+
+
+class A01Observation(Observation):
+    """What the agent sees after each step: a text for the LLM and the same content as fields."""
+
+    text: str = ""
+    """The observation rendered for a language model."""
+    phase: Phase = "exploring"
+    tool: str | None = None
+    """The tool this observation answers (``None`` after reset)."""
+    result: dict[str, Any] | None = None
+    """The tool's structured result (``None`` when the action was refused)."""
+    error: str | None = None
+    """Why the action was refused; the episode goes on."""
+    files: list[str] = Field(default_factory=list)
+    steps_left: int = 0
+    scenario_id: str = ""
+    reward_breakdown: dict[str, Any] | None = None
+    """Only on the final observation: every reward component (see :mod:`envcore.env.reward`)."""
+
+
+class A01State(State):
+    """The episode as the server holds it (``GET /state``, ``state`` over ``/ws``)."""
+
+    scenario_id: str = ""
+    phase: Phase = "exploring"
+    max_steps: int = 0
+    invalid_actions: int = 0
+    diff: str = ""
+    """The current diff against the original app."""
+    history: list[dict[str, Any]] = Field(default_factory=list)
+    """One entry per step: the action as sent, whether it was refused, and a short summary."""
+    done: bool = False

@@ -1,0 +1,228 @@
+"""The OpenEnv environment: sessions of :class:`~envcore.env.episode.Episode` behind ``/ws`` and MCP.
+
+:class:`Runtime` holds what every session of one server shares: the scenario cache and its
+curriculum sampler, the sandbox, the episode logger and the defaults. :class:`A01Environment` is
+OpenEnv's ``Environment`` (one instance per WebSocket session, ``SUPPORTS_CONCURRENT_SESSIONS``): it
+draws a scenario on ``reset``, forwards each typed action to its episode, exposes the same tools over
+MCP (through the same episode, so a tool call over MCP counts as a step like any other), and writes
+one episode-log record when an episode ends, or is abandoned by a new reset or a closed session.
+
+Reset options (``reset(seed=..., split=..., tier=..., bug_class=..., scenario=..., agent_id=...,
+max_steps=...)``) are validated; a reset that cannot be satisfied raises ``ValueError`` with the
+reason, which OpenEnv returns to the client as an error message. Infrastructure trouble never
+escapes as an exception from ``step``: it is an observation with ``error`` (and, at submit, reward
+``None``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.types import EnvironmentMetadata
+from pydantic import RootModel, ValidationError
+
+from envcore.cache import ScenarioCache
+from envcore.env.actions import A01Observation, A01State, _Tool
+from envcore.env.episode import DEFAULT_MAX_STEPS, Episode
+from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, Outcome, StepEntry
+from envcore.env.sampler import DEFAULT_SPLIT, CurriculumSampler, NoScenario, SamplingWeights
+from envcore.env.tools import build_mcp_server
+from envcore.sandbox.pool import Sandbox
+
+MAX_STEPS_LIMIT = 200
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class Runtime:
+    """What every session of one server shares. Build with :meth:`from_environ` or directly."""
+
+    sampler: CurriculumSampler
+    sandbox: Sandbox | None = None
+    """``None``: the process-wide default sandbox, started on first use."""
+    logger: EpisodeLogger | None = None
+    max_steps: int = DEFAULT_MAX_STEPS
+    source: str = "server"
+    """Written into every episode record (``server``, ``training``, ``evaluation``, ``human`` ...)."""
+    episodes_ended: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def from_environ(cls, **overrides: Any) -> "Runtime":
+        """From ``A01_CACHE`` (cache folder; default the newest shipped one), ``A01_WEIGHTS`` (sampling
+        weights file), ``A01_EPISODE_LOG`` (JSONL path; unset: no log) and ``A01_MAX_STEPS``."""
+        cache = ScenarioCache.open(os.environ.get("A01_CACHE") or None)
+        weights_path = os.environ.get("A01_WEIGHTS")
+        weights = SamplingWeights.load(weights_path) if weights_path else None
+        log_path = os.environ.get("A01_EPISODE_LOG")
+        values: dict[str, Any] = {
+            "sampler": CurriculumSampler(cache, weights),
+            "logger": EpisodeLogger(log_path) if log_path else None,
+            "max_steps": int(os.environ.get("A01_MAX_STEPS", DEFAULT_MAX_STEPS)),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    def get_sandbox(self) -> Sandbox:
+        if self.sandbox is None:
+            from envcore.sandbox import default_sandbox
+
+            self.sandbox = default_sandbox()
+        return self.sandbox
+
+    @property
+    def cache(self) -> ScenarioCache:
+        return self.sampler.cache
+
+
+_default_runtime: Runtime | None = None
+_default_lock = threading.Lock()
+
+
+def default_runtime() -> Runtime:
+    global _default_runtime
+    with _default_lock:
+        if _default_runtime is None:
+            _default_runtime = Runtime.from_environ()
+        return _default_runtime
+
+
+class A01Environment(MCPEnvironment):
+    """The A01 repair gym as an OpenEnv environment; see the module docstring."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, runtime: Runtime | None = None) -> None:
+        super().__init__(build_mcp_server(self._call_tool))
+        self.runtime = runtime or default_runtime()
+        self.episode: Episode | None = None
+        self._episode_meta: dict[str, Any] = {}
+        self._reset_ms = 0.0
+        self._lock = threading.RLock()
+
+    # ----- OpenEnv API -------------------------------------------------------------------------
+    def reset(self, seed: int | None = None, episode_id: str | None = None, *, split: str | None = DEFAULT_SPLIT,
+              tier: int | None = None, bug_class: str | None = None, scenario: str | None = None,
+              agent_id: str | None = None, max_steps: int | None = None, **unknown: Any) -> A01Observation:
+        """Start an episode. ``split`` ``None`` or ``"any"`` draws from every split."""
+        started = time.perf_counter()
+        if unknown:
+            raise ValueError(f"unknown reset options: {sorted(unknown)}; known: seed, episode_id, split, tier, "
+                             "bug_class, scenario, agent_id, max_steps")
+        split = None if split in (None, "any") else split
+        if split is not None and split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)} or 'any', not {split!r}")
+        if tier is not None and int(tier) not in (1, 2, 3):
+            raise ValueError(f"tier must be 1, 2 or 3, not {tier!r}")
+        budget = self.runtime.max_steps if max_steps is None else int(max_steps)
+        if not 1 <= budget <= MAX_STEPS_LIMIT:
+            raise ValueError(f"max_steps must be between 1 and {MAX_STEPS_LIMIT}")
+        if seed is not None and (not isinstance(seed, int) or seed < 0):
+            raise ValueError("seed must be a non-negative integer")
+        with self._lock:
+            self._finish("abandoned")
+            try:
+                bundle, used_seed = self.runtime.sampler.choose(seed=seed, split=split, tier=tier, bug_class=bug_class,
+                                                                scenario=scenario)
+            except NoScenario as exc:
+                raise ValueError(str(exc)) from None
+            self.episode = Episode(bundle, self.runtime.get_sandbox(), max_steps=budget,
+                                   episode_id=episode_id or uuid.uuid4().hex, agent_id=agent_id or "unknown",
+                                   seed=used_seed)
+            row = self.runtime.sampler.row(bundle.scenario_id)
+            self._episode_meta = {"split": row.get("split"), "sha256": row.get("sha256") or bundle.content_hash()}
+            self._reset_ms = (time.perf_counter() - started) * 1000
+            return self.episode.first_observation()
+
+    def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        if isinstance(action, RootModel):
+            action = action.root
+        return super().step(action, timeout_s=timeout_s, **kwargs)
+
+    def _step_impl(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> A01Observation:
+        with self._lock:
+            if self.episode is None:
+                return A01Observation(error="no episode: call reset first", text="Error: no episode: call reset first")
+            if not isinstance(action, (_Tool, dict)):
+                action = action.model_dump() if hasattr(action, "model_dump") else {"tool": str(action)}
+            was_done = self.episode.done
+            observation = self.episode.step(action)
+            if observation.done and not was_done:
+                self._finish("budget_exhausted" if self.episode.budget_exhausted else "submitted")
+            return observation
+
+    def _call_tool(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """An MCP tool call: the same step as over ``/ws``; returns the observation as a dict."""
+        observation = self._step_impl({"tool": tool, **arguments})
+        return observation.model_dump(mode="json")
+
+    @property
+    def state(self) -> A01State:
+        episode = self.episode
+        return episode.state() if episode is not None else A01State()
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        readme = Path(__file__).resolve().parents[2] / "README.md"
+        return EnvironmentMetadata(
+            name="a01_repair_gym",
+            description="Find and repair Broken Access Control (OWASP A01) bugs in generated FastAPI apps.",
+            readme_content=readme.read_text() if readme.exists() else None,
+            version=_version(),
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._finish("abandoned")
+        super().close()
+
+    # ----- episode records ---------------------------------------------------------------------
+    def _finish(self, outcome: Outcome) -> None:
+        """Log the current episode once (when it ends, or is left unfinished) and let go of its app."""
+        episode = self.episode
+        if episode is None or getattr(episode, "_logged", False):
+            return
+        if outcome == "abandoned" and episode.done:
+            return
+        episode._logged = True  # type: ignore[attr-defined]
+        episode.close_live()
+        if episode.report is not None and episode.report.outcome == "infrastructure_error":
+            outcome = "infrastructure_error"
+        with self.runtime._lock:
+            self.runtime.episodes_ended += 1
+        if self.runtime.logger is not None:
+            self.runtime.logger.write(self.record(outcome))
+
+    def record(self, outcome: Outcome) -> EpisodeRecord:
+        episode = self.episode
+        assert episode is not None
+        ended = episode.ended_at or time.time()
+        return EpisodeRecord(
+            episode_id=episode.episode_id, agent_id=episode.agent_id, source=self.runtime.source,
+            scenario_id=episode.bundle.scenario_id, scenario_hash=self._episode_meta.get("sha256", ""),
+            cache_version=self.runtime.cache.root.name, bug_class=episode.bundle.bug_class, tier=episode.bundle.tier,
+            split=self._episode_meta.get("split"), seed=episode.seed, started_at=episode.started_at, ended_at=ended,
+            outcome=outcome, max_steps=episode.max_steps,
+            steps=[StepEntry(step=r.step, action=r.action, observation=r.observation, elapsed_ms=r.elapsed_ms)
+                   for r in episode.records],
+            diff=episode.diff(),
+            verification=episode.report.model_dump(mode="json") if episode.report is not None else None,
+            reward=episode.breakdown.reward if episode.breakdown is not None else None,
+            reward_breakdown=episode.breakdown.model_dump(mode="json") if episode.breakdown is not None else None,
+            timings_ms={"reset": round(self._reset_ms, 3), "verify": round(episode.verify_ms, 3),
+                        "steps": round(sum(r.elapsed_ms for r in episode.records), 3),
+                        "total": round((ended - episode.started_at) * 1000, 3)},
+        )
+
+
+def _version() -> str:
+    from envcore.version import PACKAGE_VERSION
+
+    return PACKAGE_VERSION

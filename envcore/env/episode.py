@@ -1,0 +1,363 @@
+"""One episode: the state machine behind every face of the environment.
+
+An :class:`Episode` holds a scenario bundle, the agent's working copy of the app's files, a live app
+for the request tool, the step budget and the full history. :meth:`Episode.step` takes one tool
+action and returns an :class:`~envcore.env.actions.A01Observation`:
+
+* phases go ``exploring`` → ``patched`` (the first patch that applies) → ``submitted`` (the end);
+* every step counts against ``max_steps``; reaching it submits what is there, with a cost;
+* an invalid action (bad arguments, a path outside the app, a diff that does not apply, an unknown
+  user) comes back as an observation with ``error`` set, and the episode goes on;
+* intermediate observations carry no reward signal (``reward`` is always 0); hidden probes run only at
+  submit, and even then the observation reports them only as counts, so a scenario's hidden suite
+  never leaks to an agent that plays it again;
+* an infrastructure failure (the sandbox, not the agent) at submit ends the episode with reward
+  ``None`` and says so.
+
+The episode does not know about OpenEnv or the server: :mod:`envcore.env.environment` wraps it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import parse_qsl
+
+import regex
+from pydantic import ValidationError
+
+from envcore.env import render
+from envcore.env.actions import (
+    A01Observation,
+    A01State,
+    ApplyPatch,
+    EditFile,
+    HttpRequestTool,
+    LIMITS,
+    ListFiles,
+    ReadFile,
+    RunTests,
+    SearchCode,
+    Submit,
+    ViewDiff,
+    _Tool,
+    parse_action,
+)
+from envcore.env.reward import RewardBreakdown, RewardInputs, compute_reward
+from envcore.patching import PatchError, apply_patch, changed_lines, make_diff
+from envcore.runner.base import AppSource, RunnerInfrastructureError
+from envcore.runner.http import HttpRequest
+from envcore.runner.inprocess import AppLoadError, safe_relpath
+from envcore.sandbox.live import LiveApp
+from envcore.sandbox.pool import Sandbox
+from envcore.scenario.bundle import Bundle
+from envcore.verifier.report import VerificationReport
+from envcore.verifier.verify import graded_source, shadow_for, verify
+
+DEFAULT_MAX_STEPS = 30
+SEARCH_TIMEOUT_S = 0.25
+"""Wall-clock bound on one regular-expression search (a pathological pattern cannot stall a session)."""
+BODY_CHARS = 4000
+"""Response body characters shown to the agent."""
+
+
+class ActionError(Exception):
+    """An action the episode refuses; its message is what the agent reads."""
+
+
+@dataclass
+class StepRecord:
+    """One step as the episode log stores it."""
+
+    step: int
+    action: dict[str, Any]
+    observation: dict[str, Any]
+    elapsed_ms: float
+
+
+@dataclass
+class Episode:
+    bundle: Bundle
+    sandbox: Sandbox
+    max_steps: int = DEFAULT_MAX_STEPS
+    episode_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    agent_id: str = "unknown"
+    seed: int | None = None
+    verifier: Callable[..., VerificationReport] = verify
+
+    def __post_init__(self) -> None:
+        self.original: dict[str, str] = dict(self.bundle.files)
+        self.files: dict[str, str] = dict(self.bundle.files)
+        self.phase = "exploring"
+        self.steps = 0
+        self.invalid_actions = 0
+        self.done = False
+        self.budget_exhausted = False
+        self.records: list[StepRecord] = []
+        self.report: VerificationReport | None = None
+        self.breakdown: RewardBreakdown | None = None
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self.verify_ms = 0.0
+        self._tokens = {u.username: u.token for u in self.bundle.users}
+        # The trusted app the agent's patches are made from, with the data the agent sees: the live
+        # app and run_tests fork their workers from its template, built in the background now.
+        self.base = graded_source(self.bundle, self.bundle.files, self.bundle)
+        self.sandbox.prepare(self.base)
+        self._live: LiveApp | None = None
+
+    # ----- the observation after reset ---------------------------------------------------------
+    def first_observation(self) -> A01Observation:
+        return self._observe(None, {"task": self.bundle.task, "policy": self.bundle.policy_text,
+                                    "users": [{"username": u.username, "role": u.role, "tenant": u.tenant}
+                                              for u in self.bundle.users]},
+                             text=render.intro(self.bundle, self.max_steps))
+
+    # ----- stepping -----------------------------------------------------------------------------
+    def step(self, action: _Tool | dict[str, Any]) -> A01Observation:
+        """Apply one action; see the module docstring."""
+        started = time.perf_counter()
+        raw = action.model_dump(mode="json", exclude_defaults=False) if isinstance(action, _Tool) else action
+        if self.done:
+            return self._observe(None, None, error="the episode is over: reset to start another")
+        self.steps += 1
+        tool_name = raw.get("tool") if isinstance(raw, dict) else None
+        try:
+            parsed = action if isinstance(action, _Tool) else parse_action(action)
+            observation = self._dispatch(parsed)
+        except ValidationError as exc:
+            self.invalid_actions += 1
+            observation = self._observe(tool_name if isinstance(tool_name, str) else None, None,
+                                        error=render.validation_error(exc))
+        except ActionError as exc:
+            self.invalid_actions += 1
+            observation = self._observe(tool_name, None, error=str(exc))
+        if not self.done and self.steps >= self.max_steps:
+            self.budget_exhausted = True
+            observation = self._submit(note=f"The step budget ({self.max_steps}) is used up: the app as it is now was submitted.")
+        self.records.append(StepRecord(self.steps, raw if isinstance(raw, dict) else {"raw": str(raw)[:1000]},
+                                       observation.model_dump(mode="json"),
+                                       round((time.perf_counter() - started) * 1000, 3)))
+        return observation
+
+    def _dispatch(self, action: _Tool) -> A01Observation:
+        handler = {
+            ListFiles: self._list_files,
+            ReadFile: self._read_file,
+            SearchCode: self._search_code,
+            HttpRequestTool: self._http_request,
+            ApplyPatch: self._apply_patch,
+            EditFile: self._edit_file,
+            RunTests: self._run_tests,
+            ViewDiff: self._view_diff,
+            Submit: lambda _action: self._submit(),
+        }[type(action)]
+        return handler(action)
+
+    # ----- inspect ------------------------------------------------------------------------------
+    def _path(self, path: str) -> str:
+        try:
+            norm = safe_relpath(path.removeprefix("./"))
+        except AppLoadError as exc:
+            raise ActionError(f"{exc}; paths are relative to the app folder, e.g. {self._example_path()}") from None
+        if norm not in self.files:
+            raise ActionError(f"no file {norm!r}; list_files shows the app's files")
+        return norm
+
+    def _example_path(self) -> str:
+        return next((p for p in sorted(self.files) if p.endswith(".py")), "app/main.py")
+
+    def _list_files(self, action: ListFiles) -> A01Observation:
+        listing = [{"path": p, "lines": self.files[p].count("\n") + (not self.files[p].endswith("\n") and bool(self.files[p]))}
+                   for p in sorted(self.files)]
+        return self._observe("list_files", {"files": listing}, text=render.file_list(listing))
+
+    def _read_file(self, action: ReadFile) -> A01Observation:
+        path = self._path(action.path)
+        lines = self.files[path].splitlines()
+        start = action.start_line or 1
+        end = action.end_line or len(lines)
+        if end < start:
+            raise ActionError(f"end_line ({end}) is before start_line ({start})")
+        if lines and start > len(lines):
+            raise ActionError(f"{path} has {len(lines)} lines; start_line {start} is past the end")
+        end = min(end, len(lines), start + LIMITS["read_lines"] - 1)
+        chosen = lines[start - 1:end]
+        result = {"path": path, "start_line": start, "end_line": end, "total_lines": len(lines), "content": "\n".join(chosen)}
+        return self._observe("read_file", result, text=render.file_view(path, start, chosen, len(lines)))
+
+    def _search_code(self, action: SearchCode) -> A01Observation:
+        try:
+            pattern = regex.compile(action.query if action.regex else regex.escape(action.query))
+        except regex.error as exc:
+            raise ActionError(f"invalid regular expression: {exc}") from None
+        deadline = time.monotonic() + SEARCH_TIMEOUT_S
+        matches = []
+        truncated = False
+        for path in sorted(self.files):
+            if action.path_prefix and not path.startswith(action.path_prefix):
+                continue
+            for number, line in enumerate(self.files[path].splitlines(), 1):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ActionError(f"the search took longer than {SEARCH_TIMEOUT_S:g} s; use a simpler pattern")
+                try:
+                    found = pattern.search(line, timeout=left)
+                except TimeoutError:
+                    raise ActionError(f"the search took longer than {SEARCH_TIMEOUT_S:g} s; use a simpler pattern") from None
+                if found:
+                    if len(matches) >= action.max_results:
+                        truncated = True
+                        break
+                    matches.append({"path": path, "line": number, "text": line[:300]})
+            if truncated:
+                break
+        return self._observe("search_code", {"matches": matches, "truncated": truncated},
+                             text=render.search_results(action.query, matches, truncated))
+
+    # ----- request ------------------------------------------------------------------------------
+    def live(self) -> LiveApp:
+        if self._live is None:
+            self._live = LiveApp(self.sandbox, AppSource(dict(self.files), self.bundle.entrypoint), self.base)
+        return self._live
+
+    def _http_request(self, action: HttpRequestTool) -> A01Observation:
+        token = None
+        if action.as_user is not None:
+            if action.as_user not in self._tokens:
+                raise ActionError(f"no seeded user {action.as_user!r}; users: {', '.join(sorted(self._tokens))} "
+                                  "(or leave as_user out for an anonymous request)")
+            token = self._tokens[action.as_user]
+        path, _, query = action.path.partition("?")
+        try:
+            request = HttpRequest.build(action.method, path, query=dict(parse_qsl(query, keep_blank_values=True)),
+                                        headers=action.headers, token=token, json_body=action.json_body)
+        except (TypeError, ValueError) as exc:
+            raise ActionError(f"cannot send this request: {exc}") from None
+        if len(request.body) > LIMITS["json_body_bytes"]:
+            raise ActionError(f"json_body is larger than {LIMITS['json_body_bytes']} bytes")
+        try:
+            response = self.live().request(request)
+        except RunnerInfrastructureError as exc:
+            return self._observe("http_request", None, error=f"the app runner is unavailable (not your fault; try again): {exc}")
+        body = response.body.decode("utf-8", "replace")
+        result = {
+            "status": response.status,
+            "headers": dict(response.headers),
+            "body": body[:BODY_CHARS],
+            "body_truncated": len(body) > BODY_CHARS or response.truncated,
+            "error": response.error,
+            "note": response.note,
+        }
+        return self._observe("http_request", result, text=render.http_response(action, result))
+
+    # ----- patch --------------------------------------------------------------------------------
+    def _set_files(self, files: dict[str, str]) -> None:
+        for path in files:
+            try:
+                safe_relpath(path)
+            except AppLoadError as exc:
+                raise ActionError(str(exc)) from None
+        self.files = files
+        self.phase = "patched"
+        if self._live is not None:
+            self._live.update(AppSource(dict(files), self.bundle.entrypoint))
+        shadow = shadow_for(self.bundle)
+        if shadow is not None:  # submit grades with shadow identities: build that template meanwhile
+            self.sandbox.prepare(graded_source(self.bundle, self.bundle.files, shadow))
+
+    def _apply_patch(self, action: ApplyPatch) -> A01Observation:
+        try:
+            files = apply_patch(self.files, action.diff)
+        except PatchError as exc:
+            raise ActionError(f"the diff does not apply: {exc}") from None
+        before = self.files
+        self._set_files(files)
+        changed = sorted(p for p in set(files) | set(before) if files.get(p) != before.get(p))
+        return self._observe("apply_patch", {"changed_files": changed}, text=render.patched(changed))
+
+    def _edit_file(self, action: EditFile) -> A01Observation:
+        path = self._path(action.path)
+        count = self.files[path].count(action.search)
+        if count != 1:
+            where = "does not occur" if count == 0 else f"occurs {count} times"
+            raise ActionError(f"the search text {where} in {path}; it must occur exactly once (include more context)")
+        files = dict(self.files)
+        files[path] = files[path].replace(action.search, action.replace, 1)
+        self._set_files(files)
+        return self._observe("edit_file", {"changed_files": [path]}, text=render.patched([path]))
+
+    def diff(self) -> str:
+        return make_diff(self.original, self.files)
+
+    def _view_diff(self, action: ViewDiff) -> A01Observation:
+        diff = self.diff()
+        return self._observe("view_diff", {"diff": diff}, text=diff or "No changes yet.")
+
+    # ----- tests and submit ---------------------------------------------------------------------
+    def _run_tests(self, action: RunTests) -> A01Observation:
+        report = self.verifier(self.bundle, self.files, sandbox=self.sandbox, probe_set="visible")
+        if report.outcome == "infrastructure_error":
+            return self._observe("run_tests", None, error=f"the test runner is unavailable (not your fault; try again): "
+                                                           f"{report.infrastructure_error}")
+        probes = [p.model_dump(mode="json") for p in report.probes if p.visible]
+        result = {"loaded": report.outcome == "graded", "load_error": report.load_error,
+                  "passed": sum(p["passed"] for p in probes), "total": len(probes), "probes": probes}
+        return self._observe("run_tests", result, text=render.test_results(result))
+
+    def _submit(self, note: str | None = None) -> A01Observation:
+        started = time.perf_counter()
+        report = self.verifier(self.bundle, self.files, sandbox=self.sandbox)
+        self.verify_ms = (time.perf_counter() - started) * 1000
+        diff = self.diff()
+        reference = changed_lines(self.bundle.reference_fix)[1] if self.bundle.reference_fix else 0
+        self.report = report
+        self.breakdown = compute_reward(RewardInputs(
+            report=report, steps_used=self.steps, max_steps=self.max_steps, invalid_actions=self.invalid_actions,
+            diff_lines=changed_lines(diff)[1] if diff else 0, reference_lines=reference,
+            budget_exhausted=self.budget_exhausted,
+        ))
+        self.phase = "submitted"
+        self.done = True
+        self.ended_at = time.time()
+        self.close_live()
+        result = {
+            "outcome": report.outcome,
+            "resolution": report.resolution.value if report.resolution else None,
+            "security": report.security.model_dump(), "regression": report.regression.model_dump(),
+            "trap": report.trap.model_dump(), "load_error": report.load_error,
+            "infrastructure_error": report.infrastructure_error,
+        }
+        error = None
+        if report.outcome == "infrastructure_error":
+            error = f"the verifier could not run (not your fault; this episode has no reward): {report.infrastructure_error}"
+        return self._observe("submit", result, error=error, text=render.final(result, self.breakdown, note),
+                             reward=self.breakdown.reward, breakdown=self.breakdown.model_dump(mode="json"))
+
+    # ----- observations and state ---------------------------------------------------------------
+    def _observe(self, tool: str | None, result: dict[str, Any] | None, *, error: str | None = None,
+                 text: str | None = None, reward: float | None = None,
+                 breakdown: dict[str, Any] | None = None) -> A01Observation:
+        if text is None or error is not None and result is None:
+            text = f"Error: {error}" if error else (text or "")
+        return A01Observation(
+            text=text, phase=self.phase, tool=tool, result=result, error=error, files=sorted(self.files),
+            steps_left=max(self.max_steps - self.steps, 0), scenario_id=self.bundle.scenario_id,
+            # Intermediate steps carry no signal: a constant 0 (OpenEnv validators want a number).
+            done=self.done, reward=reward if self.done else 0.0, reward_breakdown=breakdown,
+        )
+
+    def state(self) -> A01State:
+        return A01State(
+            episode_id=self.episode_id, step_count=self.steps, scenario_id=self.bundle.scenario_id, phase=self.phase,
+            max_steps=self.max_steps, invalid_actions=self.invalid_actions, diff=self.diff(), done=self.done,
+            history=[{"step": r.step, "tool": r.action.get("tool"), "error": r.observation.get("error"),
+                      "elapsed_ms": r.elapsed_ms} for r in self.records],
+        )
+
+    def close_live(self) -> None:
+        if self._live is not None:
+            self._live.close()  # the sandbox holds live apps weakly: nothing to unregister
+            self._live = None

@@ -1,0 +1,134 @@
+"""The episode log: one versioned JSON line per episode, whoever played it.
+
+Training rollouts, evaluation runs, the server and human play in the Space all write
+:class:`EpisodeRecord` lines with :class:`EpisodeLogger`; the UI, failure analysis and reports read
+them with :func:`read_episodes`. The schema is documented in ``docs/episode-log.md``; bump
+:data:`RECORD_VERSION` when its meaning changes.
+
+Durability: a record is written with a single ``write`` to a file opened with ``O_APPEND``, so
+concurrent writers (threads or processes) never interleave inside a line, and a crash loses at
+most the episode in flight: a torn last line (the process died mid-write) is skipped by the reader
+and reported, every complete line before it is intact. ``fsync=True`` also survives a machine crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+RECORD_VERSION = 1
+
+Outcome = Literal["submitted", "budget_exhausted", "abandoned", "infrastructure_error"]
+
+
+class StepEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    action: dict[str, Any]
+    """The action as the agent sent it (before validation: a refused action is logged as sent)."""
+    observation: dict[str, Any]
+    """The observation returned, every field."""
+    elapsed_ms: float
+
+
+class EpisodeRecord(BaseModel):
+    """One episode, as every producer writes it and every reader reads it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    record_version: int = RECORD_VERSION
+    episode_id: str
+    agent_id: str
+    """Who played: a model name, ``oracle``, ``human:<session>`` ... (free text, set at reset)."""
+    source: str = "server"
+    """What produced the record: ``server``, ``training``, ``evaluation``, ``human`` ..."""
+    scenario_id: str
+    scenario_hash: str
+    """The bundle's content hash (sha256): the exact scenario, whatever cache it came from."""
+    cache_version: str | None = None
+    bug_class: str
+    tier: int
+    split: str | None = None
+    seed: int | None = None
+    started_at: float
+    """Unix time."""
+    ended_at: float
+    outcome: Outcome
+    max_steps: int
+    steps: list[StepEntry] = Field(default_factory=list)
+    diff: str = ""
+    """The final diff against the original app."""
+    verification: dict[str, Any] | None = None
+    """The full verification report (hidden probes included: logs are server-side artifacts)."""
+    reward: float | None = None
+    reward_breakdown: dict[str, Any] | None = None
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    """``reset``, ``verify`` (submit's verification), ``total`` (reset to end), ``steps`` (sum)."""
+
+
+class EpisodeLogger:
+    """Appends records to one JSONL file; thread- and process-safe (see the module docstring)."""
+
+    def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self._lock = threading.Lock()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.written = 0
+
+    def write(self, record: EpisodeRecord) -> None:
+        line = (record.model_dump_json() + "\n").encode()
+        with self._lock:
+            if self._fd < 0:
+                raise ValueError(f"{self.path}: the logger is closed")
+            written = os.write(self._fd, line)
+            if written != len(line):  # a full disk: never leave half a record that looks whole
+                os.ftruncate(self._fd, os.lseek(self._fd, 0, os.SEEK_END) - written)
+                raise OSError(f"{self.path}: short write ({written} of {len(line)} bytes)")
+            if self.fsync:
+                os.fsync(self._fd)
+            self.written += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> "EpisodeLogger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LogProblem(BaseModel):
+    line: int
+    reason: str
+
+
+def read_episodes(path: str | Path, problems: list[LogProblem] | None = None) -> Iterator[EpisodeRecord]:
+    """The records of a log file, in order. Lines that are torn, not JSON, of another record version
+    or invalid are skipped and described in ``problems`` (when given)."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if not raw.endswith(b"\n"):
+                if problems is not None:
+                    problems.append(LogProblem(line=number, reason="torn last line (a writer stopped mid-record)"))
+                break
+            try:
+                data = json.loads(raw)
+                if not isinstance(data, dict) or data.get("record_version") != RECORD_VERSION:
+                    raise ValueError(f"record_version {data.get('record_version') if isinstance(data, dict) else None!r}, "
+                                     f"this code reads {RECORD_VERSION}")
+                yield EpisodeRecord.model_validate(data)
+            except (ValueError, ValidationError) as exc:
+                if problems is not None:
+                    problems.append(LogProblem(line=number, reason=str(exc).splitlines()[0][:300]))
