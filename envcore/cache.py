@@ -22,6 +22,7 @@ import json
 import os
 import re
 import tempfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,7 +246,7 @@ class ScenarioCache:
             bundle = Bundle.model_validate_json(raw)
         except FileNotFoundError:
             raise CorruptEntryError(scenario_id, f"bundle file {path.name} is missing") from None
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise CorruptEntryError(scenario_id, f"bundle file is not valid gzip ({exc})") from None
         except (ValidationError, ValueError) as exc:
             raise CorruptEntryError(scenario_id, f"bundle does not validate: {str(exc).splitlines()[0]}") from None

@@ -105,7 +105,7 @@ def load(sandbox: Sandbox, files: dict[str, str]):
 @pytest.fixture(scope="module")
 def box():
     limits = SandboxLimits(request_timeout_s=1.0, load_timeout_s=3.0, verify_timeout_s=8.0, cpu_s=5, memory_mb=192)
-    sandbox = Sandbox(limits=limits, spares=0, templates=4, template_spares=1).start()
+    sandbox = Sandbox(limits=limits, spares=0, templates=4, template_spares=1, template_after=1).start()
     yield sandbox
     sandbox.close()
 
@@ -242,7 +242,7 @@ def test_attack_state_left_by_one_rollout_does_not_reach_the_next(box):
 
 # -- lifecycle ------------------------------------------------------------------------------------
 def test_template_that_died_is_rebuilt():
-    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+    with Sandbox(spares=0, templates=2, template_spares=0, template_after=1) as sandbox:
         with load(sandbox, BASE_FILES):
             pass
         link = next(iter(sandbox.templates._links.values()))
@@ -256,7 +256,7 @@ def test_template_that_died_is_rebuilt():
 
 def test_least_recently_used_template_is_evicted_but_not_while_in_use():
     other = AppSource(dict(BASE_FILES, **{"data/items.json": '{"1": "eins"}'}), ENTRY)
-    with Sandbox(spares=0, templates=1, template_spares=0) as sandbox:
+    with Sandbox(spares=0, templates=1, template_spares=0, template_after=1) as sandbox:
         held = load(sandbox, BASE_FILES)
         worker = sandbox.spawn(other, other)
         worker.wait_ready(5.0)
@@ -271,7 +271,7 @@ def test_least_recently_used_template_is_evicted_but_not_while_in_use():
 
 def test_base_that_does_not_load_falls_back_to_fresh_workers():
     broken = AppSource(dict(BASE_FILES, **{"tapp/main.py": MAIN + "\nraise RuntimeError('broken base')\n"}), ENTRY)
-    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+    with Sandbox(spares=0, templates=2, template_spares=0, template_after=1) as sandbox:
         worker = sandbox.spawn(broken, broken)
         with pytest.raises(Exception, match="broken base"):
             worker.wait_ready(5.0)

@@ -46,6 +46,19 @@ def register(groups: argparse._SubParsersAction) -> None:
     v.add_argument("--spares", type=int, default=2, help="spare workers the sandbox keeps ready (default 2)")
     v.set_defaults(func=cmd_verify)
 
+    e = cmds.add_parser("env", help="reset and step latency, oracle episodes per second in process and over /ws",
+                        description="Reset latency (scenario loaded from the cache, and already in memory), the "
+                        "http_request step, and episodes per second of a scripted oracle (reset, two reads, three "
+                        "requests, the reference fix, run_tests, submit) in process with 1 thread and one per CPU, "
+                        "then over /ws against `python app.py` in its own process with concurrent clients.")
+    e.add_argument("--cache", default="artifacts/scenarios/v1", help="scenario cache to serve")
+    e.add_argument("--resets", type=int, default=200, help="resets to time (default 200)")
+    e.add_argument("--episodes", type=int, default=60, help="oracle episodes in process, per run (default 60)")
+    e.add_argument("--ws-episodes", type=int, default=200, help="oracle episodes over /ws (default 200; 0 skips)")
+    e.add_argument("--clients", type=int, default=32, help="concurrent /ws clients (default 32)")
+    e.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
+    e.set_defaults(func=cmd_env)
+
 
 def cmd_factory(args: argparse.Namespace) -> int:
     config = FactoryConfig.load(args.config)
@@ -141,3 +154,11 @@ def verify_layers(sandbox, item) -> dict:
     from envcore.verifier import verify
 
     return verify(item[0], item[1], sandbox=sandbox).containment
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from envcore.env import bench
+
+    split = None if args.split == "any" else args.split
+    return bench.run(args.cache, resets=args.resets, episodes=args.episodes, ws_episodes=args.ws_episodes,
+                     clients=args.clients, split=split)

@@ -107,6 +107,7 @@ class Episode:
         self.base = graded_source(self.bundle, self.bundle.files, self.bundle)
         self.sandbox.prepare(self.base)
         self._live: LiveApp | None = None
+        self._shadow_prepared = False
 
     # ----- the observation after reset ---------------------------------------------------------
     def first_observation(self) -> A01Observation:
@@ -264,9 +265,13 @@ class Episode:
         self.phase = "patched"
         if self._live is not None:
             self._live.update(AppSource(dict(files), self.bundle.entrypoint))
-        shadow = shadow_for(self.bundle)
-        if shadow is not None:  # submit grades with shadow identities: build that template meanwhile
-            self.sandbox.prepare(graded_source(self.bundle, self.bundle.files, shadow))
+        if not self._shadow_prepared:
+            # Submit grades with shadow identities: announce that base once per episode (its
+            # template is built when several episodes of this scenario want it, see Sandbox.prepare).
+            self._shadow_prepared = True
+            shadow = shadow_for(self.bundle)
+            if shadow is not None:
+                self.sandbox.prepare(graded_source(self.bundle, self.bundle.files, shadow))
 
     def _apply_patch(self, action: ApplyPatch) -> A01Observation:
         try:

@@ -82,6 +82,13 @@ class EpisodeLogger:
         self._lock = threading.Lock()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.written = 0
+        # A writer that died mid-record left a torn last line: end it, or the first record written
+        # now would be glued to it and lost with it. (If another writer is mid-record instead, the
+        # newline lands after its line, O_APPEND: a blank line, which the reader skips.)
+        with open(self.path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size and (handle.seek(size - 1), handle.read(1))[1] != b"\n":
+                os.write(self._fd, b"\n")
 
     def write(self, record: EpisodeRecord) -> None:
         line = (record.model_dump_json() + "\n").encode()
@@ -123,6 +130,8 @@ def read_episodes(path: str | Path, problems: list[LogProblem] | None = None) ->
                 if problems is not None:
                     problems.append(LogProblem(line=number, reason="torn last line (a writer stopped mid-record)"))
                 break
+            if raw == b"\n":  # holds no record (see EpisodeLogger.__init__)
+                continue
             try:
                 data = json.loads(raw)
                 if not isinstance(data, dict) or data.get("record_version") != RECORD_VERSION:

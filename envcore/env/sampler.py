@@ -70,7 +70,7 @@ class SamplingWeights:
     def load(cls, path: str | Path) -> "SamplingWeights":
         try:
             return cls.from_json(json.loads(Path(path).read_text()))
-        except (OSError, ValueError, AttributeError) as exc:
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
             raise ValueError(f"cannot read sampling weights {path}: {exc}") from None
 
     def weight(self, row: Mapping[str, Any]) -> float:
@@ -93,6 +93,11 @@ class CurriculumSampler:
     def candidates(self, *, split: str | None = DEFAULT_SPLIT, tier: int | None = None,
                    bug_class: str | None = None) -> list[tuple[str, float]]:
         """(scenario id, weight) of every entry the filters allow, in id order, weight > 0."""
+        return [c for c in self._pool(split, tier, bug_class) if c[0] not in self.problems]
+
+    def _pool(self, split: str | None, tier: int | None, bug_class: str | None) -> list[tuple[str, float]]:
+        """The candidates, entries already known to be corrupt included: the draw must not depend on
+        which entries this sampler happened to load before (``choose`` drops them as it meets them)."""
         out = []
         for row in self._rows:
             if split is not None and row.get("split") != split:
@@ -100,8 +105,6 @@ class CurriculumSampler:
             if tier is not None and int(row.get("tier", 0)) != int(tier):
                 continue
             if bug_class is not None and row.get("bug_class") != bug_class:
-                continue
-            if row["scenario_id"] in self.problems:
                 continue
             weight = self.weights.weight(row)
             if weight > 0:
@@ -117,10 +120,10 @@ class CurriculumSampler:
             try:
                 scenario_id = self.cache.resolve(scenario)
             except KeyError as exc:
-                raise NoScenario(str(exc).strip("'\"")) from None
+                raise NoScenario(exc.args[0] if exc.args else str(exc)) from None
             return self.bundle(scenario_id), seed
         rng = random.Random(seed)
-        pool = self.candidates(split=split, tier=tier, bug_class=bug_class)
+        pool = self._pool(split, tier, bug_class)
         while pool:
             total = sum(w for _, w in pool)
             point = rng.random() * total

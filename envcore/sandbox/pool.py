@@ -295,6 +295,7 @@ class Sandbox:
         spares: int = 2,
         templates: int = 8,
         template_spares: int = 2,
+        template_after: int = 2,
     ) -> None:
         problem = supported_platform()
         if problem:
@@ -333,8 +334,10 @@ class Sandbox:
         self._spare_lock = threading.Lock()
         self._want_spares = threading.Event()
         self._spare_thread: threading.Thread | None = None
-        self.templates = TemplateSet(self, templates, template_spares)
-        """Per-scenario template processes (see :mod:`envcore.sandbox.templates`); ``templates=0`` disables them."""
+        self.templates = TemplateSet(self, templates, template_spares, template_after)
+        """Per-scenario template processes (see :mod:`envcore.sandbox.templates`); ``templates=0`` disables
+        them. ``template_after``: how many :meth:`prepare` calls (episodes) a base needs before its
+        template is built (1: built on the first load of a patch of it, the caller waiting)."""
 
     # -- zygote -----------------------------------------------------------------------------
     @property

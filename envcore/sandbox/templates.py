@@ -115,13 +115,24 @@ class TemplateLink:
             self._lost()
 
 
+INTEREST_KEPT = 4096
+"""Bases whose :meth:`TemplateSet.prepare` calls are counted (least recently prepared forgotten first)."""
+
+
 class TemplateSet:
     """Templates by base, least recently used first. Thread-safe."""
 
-    def __init__(self, sandbox: "Sandbox", max_templates: int, spares: int) -> None:
+    def __init__(self, sandbox: "Sandbox", max_templates: int, spares: int, build_after: int = 1) -> None:
         self.sandbox = sandbox
         self.max_templates = max_templates
         self.spares = spares
+        self.build_after = build_after
+        """1: a base's template is built the first time a patch of it is loaded (the caller waits).
+        ``n`` > 1: only once :meth:`prepare` has been called ``n`` times for it (``n`` episodes of
+        one scenario, as in a GRPO group), in the background; until then patches load afresh. A
+        template costs about as much as a fresh load to build, so it pays only when a scenario is
+        played more than once."""
+        self._interest: OrderedDict[str, int] = OrderedDict()
         self.stats = {"built": 0, "failed": 0, "evicted": 0, "build_ms": 0.0}
         self._links: OrderedDict[str, TemplateLink] = OrderedDict()
         self._failed: OrderedDict[str, str] = OrderedDict()
@@ -139,6 +150,12 @@ class TemplateSet:
         does not fit the base or the base has no template (disabled, or it failed to load)."""
         if self.max_templates <= 0 or not fits(source, base):
             return None
+        if self.build_after > 1:
+            key = base_key(base)
+            with self._lock:
+                known = key in self._building or (key in self._links and self._links[key].alive)
+            if not known:
+                return None
         return self.get(base)
 
     def get(self, base: AppSource) -> TemplateLink | None:
@@ -191,9 +208,21 @@ class TemplateSet:
         return link
 
     def prepare(self, base: AppSource) -> None:
-        """Build ``base``'s template in the background (e.g. when an episode starts)."""
-        if self.max_templates > 0:
-            threading.Thread(target=self._prepare, args=(base,), name="sandbox-template", daemon=True).start()
+        """Say that patches of ``base`` are coming (an episode of its scenario starts): its template
+        is built in the background once this has been said ``build_after`` times."""
+        if self.max_templates <= 0:
+            return
+        key = base_key(base)
+        with self._lock:
+            if key in self._building or (key in self._links and self._links[key].alive):
+                return
+            count = self._interest.pop(key, 0) + 1
+            self._interest[key] = count
+            while len(self._interest) > INTEREST_KEPT:
+                self._interest.popitem(last=False)
+            if count < self.build_after:
+                return
+        threading.Thread(target=self._prepare, args=(base,), name="sandbox-template", daemon=True).start()
 
     def _prepare(self, base: AppSource) -> None:
         try:

@@ -1,0 +1,204 @@
+"""Figures for ``python -m envcore bench env``: how fast the environment serves episodes.
+
+* **reset**: ``A01Environment.reset`` in process, for a scenario seen before (its bundle in memory)
+  and for one loaded from the cache for the first time;
+* **http_request step**: one request tool call, including the live app's start on an episode's
+  first request;
+* **oracle episodes per second**, in process: a scripted agent that resets, reads two files, sends
+  three requests, applies the reference fix, runs the visible tests and submits; with one thread
+  and with one thread per CPU;
+* the same oracle **over ``/ws``** against a server in its own process, with many concurrent clients
+  (async :class:`~envcore.env.client.A01Env`), counting errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envcore.cache import ScenarioCache
+from envcore.env.environment import A01Environment, Runtime
+from envcore.env.sampler import CurriculumSampler
+
+
+@dataclass
+class Timings:
+    samples_ms: list[float] = field(default_factory=list)
+
+    def line(self) -> str:
+        if not self.samples_ms:
+            return "no samples"
+        ordered = sorted(self.samples_ms)
+        p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+        return f"p50 {statistics.median(ordered):.2f} ms, p95 {p95:.2f} ms (n={len(ordered)})"
+
+
+def oracle_actions(bundle: Any) -> list[dict[str, Any]]:
+    """The scripted oracle's actions after reset (reads, requests, the reference fix, tests, submit)."""
+    py = sorted(p for p in bundle.files if p.endswith(".py"))
+    user = bundle.users[0].username
+    return [
+        {"tool": "read_file", "path": py[0]},
+        {"tool": "read_file", "path": py[-1]},
+        {"tool": "http_request", "method": "GET", "path": "/api/me", "as_user": user},
+        {"tool": "http_request", "method": "GET", "path": "/api/status"},
+        {"tool": "http_request", "method": "GET", "path": "/docs"},
+        {"tool": "apply_patch", "diff": bundle.reference_fix},
+        {"tool": "run_tests"},
+        {"tool": "submit"},
+    ]
+
+
+def play_oracle(env: A01Environment, seed: int, split: str | None, request_ms: Timings | None = None) -> float | None:
+    observation = env.reset(seed=seed, split=split, agent_id="oracle")
+    bundle = env.episode.bundle  # type: ignore[union-attr]
+    for action in oracle_actions(bundle):
+        started = time.perf_counter()
+        observation = env.step(action)
+        if request_ms is not None and action["tool"] == "http_request":
+            request_ms.samples_ms.append((time.perf_counter() - started) * 1000)
+    return observation.reward
+
+
+def measure_reset(runtime: Runtime, seeds: range, split: str | None) -> tuple[Timings, Timings]:
+    """(first load of each scenario, the same resets again with bundles in memory)."""
+    env = A01Environment(runtime)
+    cold, warm = Timings(), Timings()
+    for timings in (cold, warm):
+        for seed in seeds:
+            started = time.perf_counter()
+            env.reset(seed=seed, split=split)
+            timings.samples_ms.append((time.perf_counter() - started) * 1000)
+    env.close()
+    return cold, warm
+
+
+def measure_oracle(runtime: Runtime, seeds: list[int], split: str | None, threads: int) -> tuple[float, list[float | None], Timings]:
+    """(episodes per second, rewards, request step timings) with ``threads`` envs playing at once."""
+    rewards: list[float | None] = []
+    requests = Timings()
+    lock = threading.Lock()
+    queue = list(seeds)
+
+    def worker() -> None:
+        env = A01Environment(runtime)
+        local = Timings()
+        while True:
+            with lock:
+                if not queue:
+                    break
+                seed = queue.pop()
+            reward = play_oracle(env, seed, split, local)
+            with lock:
+                rewards.append(reward)
+        with lock:
+            requests.samples_ms.extend(local.samples_ms)
+        env.close()
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return len(seeds) / (time.perf_counter() - started), rewards, requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(cache: str, port: int, sessions: int, log: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "A01_CACHE": cache, "A01_MAX_SESSIONS": str(sessions),
+           "GRADIO_ANALYTICS_ENABLED": "False"}
+    if log:
+        env["A01_EPISODE_LOG"] = log
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen([sys.executable, str(root / "app.py")], cwd=root, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.2)
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited: {process.stderr.read().decode()[-2000:]}")
+    process.kill()
+    raise RuntimeError("the server did not start within 60 s")
+
+
+async def _ws_oracle(url: str, seeds: list[int], clients: int, split: str | None,
+                     bundles: CurriculumSampler) -> tuple[float, int, list[float | None], list[str]]:
+    from envcore.env.client import A01Env
+
+    queue = list(seeds)
+    rewards: list[float | None] = []
+    errors: list[str] = []
+
+    async def client() -> None:
+        async with A01Env(base_url=url, message_timeout_s=120) as env:
+            while queue:
+                seed = queue.pop()
+                try:
+                    result = await env.reset(seed=seed, split=split, agent_id="oracle-ws")
+                    bundle = bundles.bundle(result.observation.scenario_id)
+                    for action in oracle_actions(bundle):
+                        result = await env.step(action)
+                    rewards.append(result.reward)
+                except Exception as exc:  # noqa: BLE001 - counted and shown
+                    errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return len(seeds) / (time.perf_counter() - started), len(errors), rewards, errors
+
+
+def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, clients: int, split: str | None) -> int:
+    cache = ScenarioCache.open(cache_root)
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; cache {cache.root} ({len(cache)} scenarios)")
+    runtime = Runtime(sampler=CurriculumSampler(cache))
+    # Warm up the sandbox (zygote start) before any clock runs: a server does this once at start.
+    play_oracle(A01Environment(runtime), 10**6, split)
+
+    cold, warm = measure_reset(runtime, range(resets), split)
+    print(f"reset, scenario loaded from the cache:  {cold.line()}")
+    print(f"reset, scenario already in memory:      {warm.line()}")
+
+    seeds = list(range(1000, 1000 + episodes))
+    for threads in sorted({1, os.cpu_count() or 1}):
+        rate, rewards, requests = measure_oracle(runtime, seeds, split, threads)
+        full = sum(1 for r in rewards if r is not None and r >= 0.95)
+        print(f"oracle episodes in process, {threads} thread(s): {rate:.1f} episodes/s "
+              f"({full}/{len(rewards)} rewarded >= 0.95)")
+        print(f"  http_request step ({threads} thread(s)): {requests.line()}")
+
+    if ws_episodes:
+        port = free_port()
+        server = start_server(str(cache.root), port, max(clients, 64))
+        try:
+            rate, errors, rewards, messages = asyncio.run(_ws_oracle(
+                f"http://127.0.0.1:{port}", list(range(5000, 5000 + ws_episodes)), clients, split, runtime.sampler))
+        finally:
+            server.terminate()
+            server.wait(10)
+        full = sum(1 for r in rewards if r is not None and r >= 0.95)
+        print(f"oracle episodes over /ws, {clients} concurrent clients: {rate:.1f} episodes/s, {errors} errors "
+              f"({full}/{len(rewards)} rewarded >= 0.95)")
+        for message in messages[:5]:
+            print(f"  error: {message}")
+    return 0
