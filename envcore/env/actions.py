@@ -20,6 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field, RootModel, TypeAdapter, field_validator
+from pydantic_core import PydanticCustomError
 
 from envcore.scenario.probes import HTTP_METHODS
 
@@ -36,6 +37,13 @@ LIMITS = {
     "read_lines": 2000,
 }
 """Documented bounds on action arguments (see ``docs/environment.md``)."""
+
+
+def _refuse(reason: str) -> PydanticCustomError:
+    """A validator's refusal whose error details are plain JSON. (A ``ValueError`` would put the
+    exception object into ``errors()[...]["ctx"]``, which OpenEnv cannot serialise: a 500 on
+    ``POST /step`` and a dropped ``/ws`` session instead of a validation error.)"""
+    return PydanticCustomError("value_error", "{reason}", {"reason": reason})
 
 
 class _Tool(Action):
@@ -88,28 +96,28 @@ class HttpRequestTool(_Tool):
     def _method(cls, value: str) -> str:
         upper = value.upper()
         if upper not in HTTP_METHODS:
-            raise ValueError(f"method must be one of {', '.join(HTTP_METHODS)}")
+            raise _refuse(f"method must be one of {', '.join(HTTP_METHODS)}")
         return upper
 
     @field_validator("path")
     @classmethod
     def _path(cls, value: str) -> str:
         if not value.startswith("/"):
-            raise ValueError("path must start with '/' (e.g. /api/items/1?limit=5)")
+            raise _refuse("path must start with '/' (e.g. /api/items/1?limit=5)")
         if any(ord(c) < 32 or c == "\x7f" for c in value):
-            raise ValueError("path must not contain control characters")
+            raise _refuse("path must not contain control characters")
         return value
 
     @field_validator("headers")
     @classmethod
     def _headers(cls, value: dict[str, str]) -> dict[str, str]:
         if len(value) > LIMITS["headers"]:
-            raise ValueError(f"at most {LIMITS['headers']} headers")
+            raise _refuse(f"at most {LIMITS['headers']} headers")
         for name, text in value.items():
             if not name or len(name) + len(text) > LIMITS["header_chars"]:
-                raise ValueError(f"header {name[:40]!r} is empty or too long")
+                raise _refuse(f"header {name[:40]!r} is empty or too long")
             if any(ord(c) < 32 or c in "\x7f:" for c in name) or any(ord(c) < 32 and c != "\t" for c in text):
-                raise ValueError(f"header {name[:40]!r} has control characters")
+                raise _refuse(f"header {name[:40]!r} has control characters")
         return value
 
 

@@ -8,8 +8,9 @@ MCP (through the same episode, so a tool call over MCP counts as a step like any
 one episode-log record when an episode ends, or is abandoned by a new reset or a closed session.
 
 Reset options (``reset(seed=..., split=..., tier=..., bug_class=..., scenario=..., agent_id=...,
-max_steps=...)``) are validated; a reset that cannot be satisfied raises ``ValueError`` with the
-reason, which OpenEnv returns to the client as an error message. Infrastructure trouble never
+max_steps=...)``) are validated; a reset that cannot be satisfied raises :class:`ResetError` (a
+``ValueError``) with the reason, which OpenEnv returns to a ``/ws`` client as an error message and
+:func:`~envcore.env.server.create_env_app` turns into a 422 on ``POST /reset``. Infrastructure trouble never
 escapes as an exception from ``step``: it is an observation with ``error`` (and, at submit, reward
 ``None``).
 """
@@ -39,6 +40,23 @@ from envcore.sandbox.pool import Sandbox
 
 MAX_STEPS_LIMIT = 200
 SPLITS = ("train", "val", "test")
+
+
+class ResetError(ValueError):
+    """Reset options that cannot be satisfied (wrong type, out of range, no matching scenario); the
+    message says why. Bad options never escape as any other exception type."""
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int_option(name: str, value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ResetError(f"{name} must be an integer, not {_shown(value)}") from None
 
 
 @dataclass
@@ -115,25 +133,31 @@ class A01Environment(MCPEnvironment):
         """Start an episode. ``split`` ``None`` or ``"any"`` draws from every split."""
         started = time.perf_counter()
         if unknown:
-            raise ValueError(f"unknown reset options: {sorted(unknown)}; known: seed, episode_id, split, tier, "
-                             "bug_class, scenario, agent_id, max_steps")
+            raise ResetError(f"unknown reset options: {_shown(sorted(unknown))}; known: seed, episode_id, split, "
+                             "tier, bug_class, scenario, agent_id, max_steps")
         split = None if split in (None, "any") else split
         if split is not None and split not in SPLITS:
-            raise ValueError(f"split must be one of {', '.join(SPLITS)} or 'any', not {split!r}")
-        if tier is not None and int(tier) not in (1, 2, 3):
-            raise ValueError(f"tier must be 1, 2 or 3, not {tier!r}")
-        budget = self.runtime.max_steps if max_steps is None else int(max_steps)
+            raise ResetError(f"split must be one of {', '.join(SPLITS)} or 'any', not {_shown(split)}")
+        for name, value in (("episode_id", episode_id), ("bug_class", bug_class), ("scenario", scenario),
+                            ("agent_id", agent_id)):
+            if value is not None and not isinstance(value, str):
+                raise ResetError(f"{name} must be a string, not {_shown(value)}")
+        if tier is not None:
+            tier = _int_option("tier", tier)
+            if tier not in (1, 2, 3):
+                raise ResetError(f"tier must be 1, 2 or 3, not {tier!r}")
+        budget = self.runtime.max_steps if max_steps is None else _int_option("max_steps", max_steps)
         if not 1 <= budget <= MAX_STEPS_LIMIT:
-            raise ValueError(f"max_steps must be between 1 and {MAX_STEPS_LIMIT}")
+            raise ResetError(f"max_steps must be between 1 and {MAX_STEPS_LIMIT}")
         if seed is not None and (not isinstance(seed, int) or seed < 0):
-            raise ValueError("seed must be a non-negative integer")
+            raise ResetError("seed must be a non-negative integer")
         with self._lock:
-            self._finish("abandoned")
             try:
                 bundle, used_seed = self.runtime.sampler.choose(seed=seed, split=split, tier=tier, bug_class=bug_class,
                                                                 scenario=scenario)
-            except NoScenario as exc:
-                raise ValueError(str(exc)) from None
+            except NoScenario as exc:  # the current episode (if any) goes on, not abandoned
+                raise ResetError(str(exc)) from None
+            self._finish("abandoned")
             self.episode = Episode(bundle, self.runtime.get_sandbox(), max_steps=budget,
                                    episode_id=episode_id or uuid.uuid4().hex, agent_id=agent_id or "unknown",
                                    seed=used_seed)

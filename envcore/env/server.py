@@ -5,19 +5,21 @@ read-only scenario catalog.
 routes are OpenEnv's own (``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/metadata``,
 ``/health``, ``/mcp``); the catalog adds ``/scenarios`` and ``/scenarios/{id}`` (public views only).
 ``max_concurrent_envs`` (``A01_MAX_SESSIONS``, default 64) bounds the WebSocket sessions; idle
-sessions are closed after ``A01_SESSION_TIMEOUT_S`` (default 900 s).
+sessions are closed after ``A01_SESSION_TIMEOUT_S`` (default 900 s). ``POST /reset`` with options
+that cannot be satisfied (:class:`~envcore.env.environment.ResetError`) is a 422 saying why, not a 500.
 """
 
 from __future__ import annotations
 
 import os
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
 from envcore.env.actions import A01Action, A01Observation, A01State
-from envcore.env.environment import A01Environment, Runtime, default_runtime
+from envcore.env.environment import A01Environment, ResetError, Runtime, default_runtime
 from envcore.server.catalog import catalog_router
 
 DEFAULT_MAX_SESSIONS = 64
@@ -38,5 +40,10 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
         make_env, A01Action, A01Observation, env_name="a01_repair_gym", state_cls=A01State,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=sessions, session_timeout=timeout or None),
     )
+    app.add_exception_handler(ResetError, _reset_refused)
     app.include_router(catalog_router(runtime.cache, health=False))
     return app
+
+
+async def _reset_refused(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(status_code=422, content={"detail": str(exc)})
