@@ -379,6 +379,45 @@ def test_ws_oversized_json_body_is_an_observation_error(live, bystander):
     assert_unaffected(live, bystander)
 
 
+def test_ws_lone_surrogate_escapes_are_refused_or_replaced_and_the_session_goes_on(live, bystander):
+    # JSON may escape a lone surrogate ("\\ud800"); it cannot be encoded back into a reply, so an
+    # error that echoed it used to drop the session.
+    with open_session(live) as attacker:
+        frame = attacker.call('{"type": "step", "data": {"tool": "read_file", "path": "app\\ud800.py"}}')
+        assert frame["type"] == "observation" and frame["data"]["observation"]["error"], frame
+        assert_error_frame(attacker.call('{"type": "step", "data": {"tool": "nope\\udfff"}}'), "VALIDATION_ERROR")
+        assert_error_frame(attacker.call('{"type": "step", "data": {"\\ud800": 1}}'), "VALIDATION_ERROR")
+        error = assert_error_frame(attacker.call('{"type": "reset", "data": {"episode_id": "\\ud800"}}'), "EXECUTION_ERROR")
+        assert "episode_id" in error["message"]
+        assert attacker.observe(tool="list_files")["error"] is None
+        assert attacker.call({"type": "state"})["data"]["episode_id"]
+    assert_unaffected(live, bystander)
+
+
+def test_ws_nan_and_infinity_literals_are_errors_and_the_session_goes_on(live, bystander):
+    with open_session(live) as attacker:
+        assert_error_frame(attacker.call('{"type": "step", "data": {"tool": "read_file", "path": NaN}}'), "VALIDATION_ERROR")
+        assert_error_frame(attacker.call('{"type": "step", "data": {"tool": "search_code", "query": "a", '
+                                         '"max_results": Infinity}}'), "VALIDATION_ERROR")
+        assert_error_frame(attacker.call('{"type": "reset", "data": {"seed": NaN}}'), "EXECUTION_ERROR")
+        assert attacker.observe(tool="list_files")["error"] is None
+    assert_unaffected(live, bystander)
+
+
+def test_ws_deeply_nested_json_is_an_error_or_a_clean_close(live, bystander):
+    with open_session(live) as attacker:  # deep but parseable: refused (no such user) as usual
+        nested = "[" * 800 + "]" * 800
+        frame = attacker.call('{"type": "step", "data": {"tool": "http_request", "path": "/", "as_user": "~nobody", '
+                              f'"json_body": {nested}}}}}')
+        assert frame["type"] == "observation" and frame["data"]["observation"]["error"], frame
+    with open_session(live) as attacker:  # past the JSON parser's recursion limit: OpenEnv ends the session
+        attacker.send('{"type": "step", "data": {"tool": "view_diff", "x": ' + "[" * 100_000 + "]" * 100_000 + "}}")
+        frames = attacker.closes()
+        assert [f["data"]["code"] for f in frames] == ["SESSION_ERROR"], frames
+    assert_unaffected(live, bystander)
+    open_session(live).close()
+
+
 def test_ws_huge_frame_of_several_megabytes_is_a_validation_error_not_a_crash(live, bystander):
     with open_session(live) as attacker:
         frame = {"type": "step", "data": {"tool": "apply_patch", "diff": "+x\n" * (4 * 1024 * 1024 // 3)}}
@@ -448,7 +487,7 @@ def test_ws_dropped_socket_while_a_step_is_running_frees_its_session(live, bysta
         attacker.send({"type": "step", "data": {"tool": tool}})
         attacker.drop()
         _fill_to_capacity(live, MAX_SESSIONS - 1)
-    live.errors.take()  # the reply to a dropped socket may be logged as undeliverable; the rest must not be
+    print("LOGGED", live.errors.take())  # the reply to a dropped socket may be logged as undeliverable; the rest must not be
     assert_unaffected(live, bystander)
 
 
@@ -493,6 +532,34 @@ def test_http_step_unknown_tool_unknown_fields_and_oversized_payloads_are_422(li
 def test_http_step_action_refused_by_a_field_validator_is_422_not_500(live, action):
     response = live.http.post("/step", json={"action": action})
     assert response.status_code == 422, (response.status_code, response.text[:300])
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/step", b'{"action": {"tool": "read_file", "path": "\\ud800"}}'),
+    ("/step", b'{"action": {"tool": "nope\\ud800"}}'),
+    ("/step", b'{"action": {"\\ud800": 1}}'),
+    ("/step", b'{"action": {"tool": "read_file", "path": NaN}}'),
+    ("/step", b'{"action": {"tool": "list_files"}, "timeout_s": NaN}'),
+    ("/step", b'{"action": {"tool": "list_files"}, "timeout_s": -Infinity}'),
+    ("/step", b'{"action": {"tool": "http_request", "path": "/", "json_body": ' + b"[" * 5000 + b"]" * 5000 + b"}}"),
+    ("/reset", b'{"seed": NaN}'),
+    ("/reset", b'{"seed": Infinity}'),
+    ("/reset", b'{"tier": NaN}'),
+    ("/reset", b'{"episode_id": "\\ud800"}'),
+    ("/reset", b'{"split": "\\udfff"}'),
+    ("/reset", b'{"\\ud800": 1}'),
+], ids=["surrogate-path", "surrogate-tool", "surrogate-key", "nan-path", "nan-timeout", "inf-timeout", "deep-nesting",
+        "nan-seed", "inf-seed", "nan-tier", "surrogate-episode-id", "surrogate-split", "surrogate-option"])
+def test_http_nan_infinity_lone_surrogates_and_deep_nesting_are_refused_not_500(live, route, body):
+    # Python's JSON parser accepts these; an error echoing them used to fail to render (a 500).
+    # (A lone surrogate in an action's string becomes U+FFFD: that action is valid, and over HTTP,
+    # which holds no episode, it is answered with an observation error.)
+    response = live.http.post(route, content=body, headers={"content-type": "application/json"})
+    assert response.status_code < 500, (response.status_code, response.text[:300])
+    if response.status_code == 200:
+        assert route == "/step" and response.json()["observation"]["error"]
+    else:
+        assert 400 <= response.status_code < 500 and response.json()["detail"]
 
 
 def test_http_step_with_unknown_top_level_field_is_not_a_server_error(live):

@@ -16,10 +16,11 @@ tools: a ``tool`` value outside :data:`TOOL_NAMES` is refused.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from openenv.core.env_server.types import Action, Observation, State
-from pydantic import Field, RootModel, TypeAdapter, field_validator
+from pydantic import Field, RootModel, TypeAdapter, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from envcore.scenario.probes import HTTP_METHODS
@@ -168,6 +169,29 @@ _adapter: TypeAdapter = TypeAdapter(ToolAction)
 class A01Action(RootModel[ToolAction]):  # type: ignore[valid-type]
     """The action class given to OpenEnv: one tool call, validated into its concrete model (``.root``).
     ``/schema`` publishes the union, discriminated on ``tool``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_lone_surrogates(cls, data: Any) -> Any:
+        """Lone surrogates (a JSON ``"\\ud800"`` escape) become U+FFFD: pydantic refuses them, and its
+        error would echo them back in a reply that cannot be encoded, dropping the ``/ws`` session."""
+        try:
+            return _scrub(data)
+        except RecursionError:  # absurdly deep data: validate it as it is
+            return data
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {_scrub(key): _scrub(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrub(item) for item in value]
+    return value
 
 
 def parse_action(data: Any) -> _Tool:

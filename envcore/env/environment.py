@@ -18,6 +18,7 @@ escapes as an exception from ``step``: it is an observation with ``error`` (and,
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -45,6 +46,9 @@ SPLITS = ("train", "val", "test")
 class ResetError(ValueError):
     """Reset options that cannot be satisfied (wrong type, out of range, no matching scenario); the
     message says why. Bad options never escape as any other exception type."""
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _shown(value: Any) -> str:
@@ -140,8 +144,8 @@ class A01Environment(MCPEnvironment):
             raise ResetError(f"split must be one of {', '.join(SPLITS)} or 'any', not {_shown(split)}")
         for name, value in (("episode_id", episode_id), ("bug_class", bug_class), ("scenario", scenario),
                             ("agent_id", agent_id)):
-            if value is not None and not isinstance(value, str):
-                raise ResetError(f"{name} must be a string, not {_shown(value)}")
+            if value is not None and (not isinstance(value, str) or _LONE_SURROGATE.search(value)):
+                raise ResetError(f"{name} must be a string (of valid Unicode), not {_shown(value)}")
         if tier is not None:
             tier = _int_option("tier", tier)
             if tier not in (1, 2, 3):

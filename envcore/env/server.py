@@ -6,15 +6,25 @@ routes are OpenEnv's own (``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema`
 ``/health``, ``/mcp``); the catalog adds ``/scenarios`` and ``/scenarios/{id}`` (public views only).
 ``max_concurrent_envs`` (``A01_MAX_SESSIONS``, default 64) bounds the WebSocket sessions; idle
 sessions are closed after ``A01_SESSION_TIMEOUT_S`` (default 900 s). ``POST /reset`` with options
-that cannot be satisfied (:class:`~envcore.env.environment.ResetError`) is a 422 saying why, not a 500.
+that cannot be satisfied (:class:`~envcore.env.environment.ResetError`) is a 422 saying why, not a 500,
+and error bodies are rendered so that they cannot fail: a request's ``NaN``/``Infinity`` literal or lone
+surrogate escape (both accepted by Python's JSON parser) echoed in a 422's details would otherwise
+make FastAPI's renderer raise, turning the 422 into a 500.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
@@ -41,9 +51,43 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=sessions, session_timeout=timeout or None),
     )
     app.add_exception_handler(ResetError, _reset_refused)
+    app.add_exception_handler(RequestValidationError, _request_invalid)
+    app.add_exception_handler(HTTPException, _http_error)
     app.include_router(catalog_router(runtime.cache, health=False))
     return app
 
 
-async def _reset_refused(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse(status_code=422, content={"detail": str(exc)})
+class _SafeJSONResponse(JSONResponse):
+    """JSON that always renders: non-ASCII escaped (a lone surrogate cannot be UTF-8 encoded, but
+    ``"\\ud800"`` is valid JSON) and non-finite numbers as strings."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+async def _reset_refused(request: Request, exc: Exception) -> Response:
+    return _SafeJSONResponse(status_code=422, content={"detail": str(exc)})
+
+
+async def _request_invalid(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return _SafeJSONResponse(status_code=422, content={"detail": jsonable_encoder(exc.errors())})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    try:
+        return await http_exception_handler(request, exc)
+    except (UnicodeEncodeError, ValueError):  # details echoing a lone surrogate or a NaN
+        return _SafeJSONResponse({"detail": jsonable_encoder(exc.detail)}, status_code=exc.status_code,
+                                 headers=getattr(exc, "headers", None))
