@@ -17,16 +17,17 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from starlette.exceptions import HTTPException
+from fastapi.responses import Response
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
+from starlette.exceptions import HTTPException
 
 from envcore.env.actions import A01Action, A01Observation, A01State
 from envcore.env.environment import A01Environment, ResetError, Runtime, default_runtime
@@ -57,12 +58,40 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
     return app
 
 
-class _SafeJSONResponse(JSONResponse):
-    """JSON that always renders: non-ASCII escaped (a lone surrogate cannot be UTF-8 encoded, but
-    ``"\\ud800"`` is valid JSON) and non-finite numbers as strings."""
+async def _reset_refused(request: Request, exc: Exception) -> Response:
+    return _error_response(422, str(exc))
 
-    def render(self, content: Any) -> bytes:
-        return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+async def _request_invalid(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return _error_response(422, exc.errors())
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    try:
+        return await http_exception_handler(request, exc)
+    except (UnicodeEncodeError, ValueError, RecursionError):  # details echoing a lone surrogate, a NaN ...
+        return _error_response(exc.status_code, exc.detail, headers=getattr(exc, "headers", None))
+
+
+def _error_response(status_code: int, detail: Any, headers: Mapping[str, str] | None = None) -> Response:
+    """``{"detail": detail}`` as JSON that always renders: non-ASCII escaped (a lone surrogate cannot
+    be UTF-8 encoded, but ``"\\ud800"`` is valid JSON), NaN and infinities as strings, and validation
+    errors whose input is nested too deep to encode given without it."""
+    try:
+        body = _dumps({"detail": jsonable_encoder(detail)})
+    except RecursionError:
+        if isinstance(detail, (list, tuple)):
+            detail = [{k: v for k, v in e.items() if k != "input"} if isinstance(e, dict) else e for e in detail]
+        else:
+            detail = "the request is nested too deeply"
+        body = _dumps({"detail": jsonable_encoder(detail)})
+    return Response(body, status_code=status_code, headers=headers, media_type="application/json")
+
+
+def _dumps(content: Any) -> bytes:
+    return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def _finite(value: Any) -> Any:
@@ -73,21 +102,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(item) for item in value]
     return value
-
-
-async def _reset_refused(request: Request, exc: Exception) -> Response:
-    return _SafeJSONResponse(status_code=422, content={"detail": str(exc)})
-
-
-async def _request_invalid(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    return _SafeJSONResponse(status_code=422, content={"detail": jsonable_encoder(exc.errors())})
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    try:
-        return await http_exception_handler(request, exc)
-    except (UnicodeEncodeError, ValueError):  # details echoing a lone surrogate or a NaN
-        return _SafeJSONResponse({"detail": jsonable_encoder(exc.detail)}, status_code=exc.status_code,
-                                 headers=getattr(exc, "headers", None))
