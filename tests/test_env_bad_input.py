@@ -801,20 +801,26 @@ def test_random_actions_through_env_step_never_raise_and_invalid_ones_have_an_er
         json.dumps(observation.model_dump(mode="json"))
 
 
-def test_reset_naming_no_scenario_leaves_the_current_episode_playing(sandbox):
+def test_reset_naming_no_scenario_leaves_the_current_episode_playing(sandbox, tmp_path):
     # Regression: a reset that found no scenario had already closed (and logged as abandoned) the
     # episode in progress, which then played on unlogged.
-    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v1")), sandbox=sandbox)
+    from envcore.env.episode_log import EpisodeLogger, read_episodes
+
+    log = tmp_path / "episodes.jsonl"
+    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v1")), sandbox=sandbox,
+                      logger=EpisodeLogger(log))
     environment = A01Environment(runtime)
     try:
         environment.reset(seed=SEED)
         with pytest.raises(ResetError, match="matches 0 scenarios"):
             environment.reset(scenario="ffffffffffff")
-        assert runtime.episodes_ended == 0
+        assert runtime.logger.written == 0 and not environment.episode.logged
         assert environment.step({"tool": "list_files"}).error is None
     finally:
         environment.close()
-    assert runtime.episodes_ended == 1
+        runtime.logger.close()
+    records = list(read_episodes(log))
+    assert [r.outcome for r in records] == ["abandoned"] and len(records[0].steps) == 1
 
 
 reset_values = (st.none() | st.booleans() | st.integers(-5, 300) | st.text(max_size=12)

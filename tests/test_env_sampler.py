@@ -363,3 +363,13 @@ def test_filters_that_match_nothing_raise_no_scenario_naming_them(sampler):
     with pytest.raises(NoScenario, match="'split': 'holdout'"):
         sampler.choose(seed=0, split="holdout")
     assert sampler.problems == {}
+
+
+def test_new_weights_apply_from_the_next_draw(shipped):
+    """Candidate pools are computed once per filter; replacing the weights must not leave a stale one."""
+    sampler = CurriculumSampler(shipped)
+    before = {sampler.choose(seed=s)[0].bug_class for s in range(60)}
+    assert "tenant_leak" in before
+    sampler.weights = SamplingWeights(by_bug_class={"tenant_leak": 0.0})
+    after = {sampler.choose(seed=s)[0].bug_class for s in range(60)}
+    assert "tenant_leak" not in after and after

@@ -17,27 +17,28 @@ escapes as an exception from ``step``: it is an observation with ``error`` (and,
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.types import EnvironmentMetadata
-from pydantic import RootModel, ValidationError
+from pydantic import RootModel
 
 from envcore.cache import ScenarioCache
 from envcore.env.actions import A01Observation, A01State, _Tool
 from envcore.env.episode import DEFAULT_MAX_STEPS, Episode
-from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, Outcome, StepEntry
+from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, Outcome
 from envcore.env.sampler import DEFAULT_SPLIT, CurriculumSampler, NoScenario, SamplingWeights
 from envcore.env.tools import build_mcp_server
 from envcore.sandbox.pool import Sandbox
+from envcore.version import PACKAGE_VERSION
 
 MAX_STEPS_LIMIT = 200
 SPLITS = ("train", "val", "test")
@@ -74,8 +75,6 @@ class Runtime:
     max_steps: int = DEFAULT_MAX_STEPS
     source: str = "server"
     """Written into every episode record (``server``, ``training``, ``evaluation``, ``human`` ...)."""
-    episodes_ended: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def from_environ(cls, **overrides: Any) -> "Runtime":
@@ -198,13 +197,7 @@ class A01Environment(MCPEnvironment):
         return episode.state() if episode is not None else A01State()
 
     def get_metadata(self) -> EnvironmentMetadata:
-        readme = Path(__file__).resolve().parents[2] / "README.md"
-        return EnvironmentMetadata(
-            name="a01_repair_gym",
-            description="Find and repair Broken Access Control (OWASP A01) bugs in generated FastAPI apps.",
-            readme_content=readme.read_text() if readme.exists() else None,
-            version=_version(),
-        )
+        return _metadata()
 
     def close(self) -> None:
         with self._lock:
@@ -215,16 +208,14 @@ class A01Environment(MCPEnvironment):
     def _finish(self, outcome: Outcome) -> None:
         """Log the current episode once (when it ends, or is left unfinished) and let go of its app."""
         episode = self.episode
-        if episode is None or getattr(episode, "_logged", False):
+        if episode is None or episode.logged:
             return
         if outcome == "abandoned" and episode.done:
             return
-        episode._logged = True  # type: ignore[attr-defined]
+        episode.logged = True
         episode.close_live()
         if episode.report is not None and episode.report.outcome == "infrastructure_error":
             outcome = "infrastructure_error"
-        with self.runtime._lock:
-            self.runtime.episodes_ended += 1
         if self.runtime.logger is not None:
             self.runtime.logger.write(self.record(outcome))
 
@@ -238,8 +229,7 @@ class A01Environment(MCPEnvironment):
             cache_version=self.runtime.cache.root.name, bug_class=episode.bundle.bug_class, tier=episode.bundle.tier,
             split=self._episode_meta.get("split"), seed=episode.seed, started_at=episode.started_at, ended_at=ended,
             outcome=outcome, max_steps=episode.max_steps,
-            steps=[StepEntry(step=r.step, action=r.action, observation=r.observation, elapsed_ms=r.elapsed_ms)
-                   for r in episode.records],
+            steps=list(episode.records),
             diff=episode.diff(),
             verification=episode.report.model_dump(mode="json") if episode.report is not None else None,
             reward=episode.breakdown.reward if episode.breakdown is not None else None,
@@ -250,7 +240,13 @@ class A01Environment(MCPEnvironment):
         )
 
 
-def _version() -> str:
-    from envcore.version import PACKAGE_VERSION
-
-    return PACKAGE_VERSION
+@functools.cache
+def _metadata() -> EnvironmentMetadata:
+    """Read once per process: OpenEnv builds an environment for every plain-HTTP request."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    return EnvironmentMetadata(
+        name="a01_repair_gym",
+        description="Find and repair Broken Access Control (OWASP A01) bugs in generated FastAPI apps.",
+        readme_content=readme.read_text() if readme.exists() else None,
+        version=PACKAGE_VERSION,
+    )

@@ -45,6 +45,7 @@ from envcore.env.actions import (
     _Tool,
     parse_action,
 )
+from envcore.env.episode_log import StepEntry
 from envcore.env.reward import RewardBreakdown, RewardInputs, compute_reward
 from envcore.patching import PatchError, apply_patch, changed_lines, make_diff
 from envcore.runner.base import AppSource, RunnerInfrastructureError
@@ -68,16 +69,6 @@ class ActionError(Exception):
 
 
 @dataclass
-class StepRecord:
-    """One step as the episode log stores it."""
-
-    step: int
-    action: dict[str, Any]
-    observation: dict[str, Any]
-    elapsed_ms: float
-
-
-@dataclass
 class Episode:
     bundle: Bundle
     sandbox: Sandbox
@@ -95,7 +86,9 @@ class Episode:
         self.invalid_actions = 0
         self.done = False
         self.budget_exhausted = False
-        self.records: list[StepRecord] = []
+        self.records: list[StepEntry] = []
+        self.logged = False
+        """Whether the episode's log record has been written (it is written once)."""
         self.report: VerificationReport | None = None
         self.breakdown: RewardBreakdown | None = None
         self.started_at = time.time()
@@ -138,9 +131,10 @@ class Episode:
         if not self.done and self.steps >= self.max_steps:
             self.budget_exhausted = True
             observation = self._submit(note=f"The step budget ({self.max_steps}) is used up: the app as it is now was submitted.")
-        self.records.append(StepRecord(self.steps, raw if isinstance(raw, dict) else {"raw": str(raw)[:1000]},
-                                       observation.model_dump(mode="json"),
-                                       round((time.perf_counter() - started) * 1000, 3)))
+        # model_construct: every value here is built by the episode itself (validated once, when read back).
+        self.records.append(StepEntry.model_construct(
+            step=self.steps, action=raw if isinstance(raw, dict) else {"raw": str(raw)[:1000]},
+            observation=observation.model_dump(mode="json"), elapsed_ms=round((time.perf_counter() - started) * 1000, 3)))
         return observation
 
     def _dispatch(self, action: _Tool) -> A01Observation:
@@ -171,8 +165,7 @@ class Episode:
         return next((p for p in sorted(self.files) if p.endswith(".py")), "app/main.py")
 
     def _list_files(self, action: ListFiles) -> A01Observation:
-        listing = [{"path": p, "lines": self.files[p].count("\n") + (not self.files[p].endswith("\n") and bool(self.files[p]))}
-                   for p in sorted(self.files)]
+        listing = [{"path": p, "lines": len(self.files[p].splitlines())} for p in sorted(self.files)]  # as read_file counts
         return self._observe("list_files", {"files": listing}, text=render.file_list(listing))
 
     def _read_file(self, action: ReadFile) -> A01Observation:

@@ -83,12 +83,23 @@ class CurriculumSampler:
 
     def __init__(self, cache: ScenarioCache, weights: SamplingWeights | None = None) -> None:
         self.cache = cache
-        self.weights = weights or SamplingWeights()
+        self._weights = weights or SamplingWeights()
         self.problems: dict[str, str] = {}
         """Entries dropped because they failed to load: id → reason."""
         self._bundles: "OrderedDict[str, Bundle]" = OrderedDict()
         self._lock = threading.Lock()
         self._rows = sorted(cache.rows, key=lambda r: r["scenario_id"])
+        self._pools: dict[tuple[str | None, int | None, str | None], tuple[tuple[str, float], ...]] = {}
+
+    @property
+    def weights(self) -> SamplingWeights:
+        return self._weights
+
+    @weights.setter
+    def weights(self, weights: SamplingWeights) -> None:
+        """New weights (e.g. from the feedback loop) apply from the next draw."""
+        self._weights = weights
+        self._pools = {}
 
     def candidates(self, *, split: str | None = DEFAULT_SPLIT, tier: int | None = None,
                    bug_class: str | None = None) -> list[tuple[str, float]]:
@@ -97,7 +108,15 @@ class CurriculumSampler:
 
     def _pool(self, split: str | None, tier: int | None, bug_class: str | None) -> list[tuple[str, float]]:
         """The candidates, entries already known to be corrupt included: the draw must not depend on
-        which entries this sampler happened to load before (``choose`` drops them as it meets them)."""
+        which entries this sampler happened to load before (``choose`` drops them as it meets them).
+        Rows and weights never change, so each filter's pool is computed once (a fresh list each call)."""
+        key = (split, None if tier is None else int(tier), bug_class)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = self._scan(split, tier, bug_class)
+        return list(pool)
+
+    def _scan(self, split: str | None, tier: int | None, bug_class: str | None) -> tuple[tuple[str, float], ...]:
         out = []
         for row in self._rows:
             if split is not None and row.get("split") != split:
@@ -109,7 +128,7 @@ class CurriculumSampler:
             weight = self.weights.weight(row)
             if weight > 0:
                 out.append((row["scenario_id"], weight))
-        return out
+        return tuple(out)
 
     def choose(self, *, seed: int | None = None, split: str | None = DEFAULT_SPLIT, tier: int | None = None,
                bug_class: str | None = None, scenario: str | None = None) -> tuple[Bundle, int]:

@@ -146,16 +146,16 @@ class TemplateSet:
 
     # -- lookup -----------------------------------------------------------------------------
     def for_patch(self, source: AppSource, base: AppSource) -> TemplateLink | None:
-        """The template to fork ``source``'s worker from, built now if needed; ``None`` if the patch
-        does not fit the base or the base has no template (disabled, or it failed to load)."""
+        """The template to fork ``source``'s worker from; ``None`` if the patch does not fit the base
+        or the base has no template (disabled, failed to load, or, with ``build_after`` > 1, not yet
+        wanted by enough episodes). With ``build_after`` 1 a missing template is built now."""
         if self.max_templates <= 0 or not fits(source, base):
             return None
         if self.build_after > 1:
             key = base_key(base)
             with self._lock:
-                known = key in self._building or (key in self._links and self._links[key].alive)
-            if not known:
-                return None
+                if not self._has(key):
+                    return None
         return self.get(base)
 
     def get(self, base: AppSource) -> TemplateLink | None:
@@ -207,6 +207,10 @@ class TemplateSet:
             self._retire(old)
         return link
 
+    def _has(self, key: str) -> bool:
+        """Whether ``key``'s template is alive or being built (call with the lock held)."""
+        return key in self._building or (key in self._links and self._links[key].alive)
+
     def prepare(self, base: AppSource) -> None:
         """Say that patches of ``base`` are coming (an episode of its scenario starts): its template
         is built in the background once this has been said ``build_after`` times."""
@@ -214,7 +218,7 @@ class TemplateSet:
             return
         key = base_key(base)
         with self._lock:
-            if key in self._building or (key in self._links and self._links[key].alive):
+            if self._has(key):
                 return
             count = self._interest.pop(key, 0) + 1
             self._interest[key] = count
