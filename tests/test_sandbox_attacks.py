@@ -43,7 +43,7 @@ from envcore.runner.base import AppSource
 from envcore.runner.execute import plan_requests
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest
 from envcore.sandbox import LiveApp, Sandbox, SandboxLimits, supported_platform
-from envcore.sandbox.pool import PROJECT_ROOT
+from envcore.sandbox.pool import PROJECT_ROOT, ZygoteLost
 from envcore.scenario.probes import ProbeKind
 from envcore.verifier import Resolution, verify
 
@@ -711,6 +711,37 @@ def test_zygote_restart_is_counted_so_its_dead_spares_are_dropped(sb):
     _wait_gone([zygote])
     assert_sandbox_healthy(sb)
     assert sb.zygote_restarts == restarts + 1
+
+
+def test_no_spare_of_a_dead_zygote_is_handed_out(sb):
+    # the spares die with their zygote, but not at once: one handed out in between would take the
+    # load and then vanish, failing a verification that has nothing wrong with it
+    spares = _spare_pids(sb, sb.spares)  # all of them ready: the spare thread is idle, it restarts nothing
+    zygote, restarts = sb.zygote_pid, sb.zygote_restarts
+    os.kill(zygote, signal.SIGKILL)
+    _wait_gone([zygote])
+    worker = sb._take_spare()
+    try:
+        assert worker is None or (worker.pid not in spares and worker.zygote_generation == restarts + 1)
+        assert sb.zygote_restarts == restarts + 1 and sb.zygote_pid not in (None, zygote)
+    finally:
+        if worker is not None:
+            worker.close()
+    assert_sandbox_healthy(sb)
+
+
+def test_worker_of_a_replaced_zygote_reports_the_zygote_lost(sb):
+    # the spare thread can restart the zygote between a worker's socket closing and the question of
+    # how that worker ended: the answer must still be "its zygote died", not a probe failure
+    restarts = sb.zygote_restarts
+    zygote = sb.zygote_pid
+    os.kill(zygote, signal.SIGKILL)
+    _wait_gone([zygote])
+    sb.ping()  # restarts it, as the spare thread would
+    assert sb.zygote_restarts == restarts + 1
+    with pytest.raises(ZygoteLost):
+        sb.worker_status(12345, restarts)
+    assert_sandbox_healthy(sb)
 
 
 def test_zygote_dying_mid_verification_is_an_infrastructure_error(sb, bundle, fixed):

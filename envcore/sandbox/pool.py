@@ -255,9 +255,7 @@ class Worker:
         self.close(kill=False)
         if self.template is not None:
             return self.template.status(self.pid)
-        if self.zygote_generation != self.sandbox.zygote_restarts:
-            raise ZygoteLost("the sandbox zygote died (its workers died with it)")
-        return self.sandbox.worker_status(self.pid)
+        return self.sandbox.worker_status(self.pid, self.zygote_generation)
 
     def close(self, *, kill: bool = True) -> None:
         if self.closed:
@@ -623,6 +621,11 @@ class Sandbox:
         return worker
 
     def _take_spare(self) -> Worker | None:
+        with self._lock:
+            if self._process is not None and self._process.poll() is not None:
+                # The zygote died since its spares were forked: they died with it (or are about
+                # to). Restart it now, so they are known stale and none is handed out to die.
+                self._ensure_zygote()
         with self._spare_lock:
             while self._spares:
                 worker = self._spares.popleft()
@@ -652,9 +655,13 @@ class Sandbox:
     def kill_worker(self, pid: int) -> None:
         self._tell({"type": "kill", "pid": pid})
 
-    def worker_status(self, pid: int) -> str:
-        """How a worker ended. :class:`ZygoteLost` if the zygote died (which is what killed it)."""
+    def worker_status(self, pid: int, generation: int) -> str:
+        """How a worker forked by zygote number ``generation`` ended. :class:`ZygoteLost` if that
+        zygote died (which is what killed it), even if another has been started since: the spare
+        thread may restart it between the worker's socket closing and this question."""
         with self._lock:
+            if generation != self.zygote_restarts:
+                raise ZygoteLost("the sandbox zygote died (its workers died with it)")
             if self._sock is None or self._process is None or self._process.poll() is not None:
                 self._discard_zygote()
                 raise ZygoteLost("the sandbox zygote died (its workers died with it)")
