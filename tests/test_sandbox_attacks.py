@@ -744,6 +744,24 @@ def test_worker_of_a_replaced_zygote_reports_the_zygote_lost(sb):
     assert_sandbox_healthy(sb)
 
 
+def test_zygote_outlives_the_thread_that_started_it(bundle, fixed):
+    # PR_SET_PDEATHSIG fires when the parent *thread* that forked a process exits, not the parent
+    # process: a server starts the zygote from whichever request thread needs it first, and that
+    # thread's pool may retire it long before the sandbox is done
+    with Sandbox(limits=LIMITS, spares=0) as box:
+        pids: list[int | None] = []
+        starter = threading.Thread(target=lambda: (box.ping(), pids.append(box.zygote_pid)))
+        with box._lock:
+            box._discard_zygote()  # started again below, from the short-lived thread
+        starter.start()
+        starter.join()
+        time.sleep(0.3)
+        assert pids[0] is not None and alive(pids[0]), "the zygote died with the thread that started it"
+        report = verify(bundle, fixed, sandbox=box)
+        assert report.outcome == "graded" and report.resolution is Resolution.FULL, report.summary()
+        assert box.zygote_pid == pids[0]
+
+
 def test_zygote_dying_mid_verification_is_an_infrastructure_error(sb, bundle, fixed):
     slow = with_middleware(fixed, "import time\ntime.sleep(0.3)")
     spawns, result = sb.stats["spawns"], {}

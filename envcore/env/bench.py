@@ -19,6 +19,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -125,8 +126,13 @@ def start_server(cache: str, port: int, sessions: int, log: str | None = None) -
     if log:
         env["A01_EPISODE_LOG"] = log
     root = Path(__file__).resolve().parents[2]
+    # The server's log goes to a file: a pipe nobody reads fills up and then stalls every process
+    # that writes to it (the server, and the sandbox zygote, which shares its stderr).
+    errors = tempfile.NamedTemporaryFile(prefix="a01-bench-server-", suffix=".log", delete=False)
     process = subprocess.Popen([sys.executable, str(root / "app.py")], cwd=root, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                               stdout=subprocess.DEVNULL, stderr=errors)
+    process.log_path = errors.name  # type: ignore[attr-defined]
+    errors.close()
     import httpx
 
     deadline = time.monotonic() + 60
@@ -137,7 +143,7 @@ def start_server(cache: str, port: int, sessions: int, log: str | None = None) -
         except httpx.HTTPError:
             time.sleep(0.2)
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(f"the server exited: {Path(process.log_path).read_text(errors='replace')[-2000:]}")
     process.kill()
     raise RuntimeError("the server did not start within 60 s")
 

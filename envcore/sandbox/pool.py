@@ -13,7 +13,10 @@ Failures are sorted by whose fault they are:
   process): :class:`~envcore.runner.base.RunnerInfrastructureError`. Graded as reward ``None``.
 
 A dead zygote is restarted on the next spawn; workers of the old one die with it (they are tied to
-it with ``PR_SET_PDEATHSIG``). Linux only: see the README for other systems.
+it with ``PR_SET_PDEATHSIG``). The zygote is tied to this process the same way, and that signal
+fires when the *thread* that forked it ends, so the zygote is always started from one thread that
+lives as long as the sandbox (a server's request threads come and go). Linux only: see the README
+for other systems.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import tempfile
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import hashlib
 import marshal
@@ -308,6 +312,8 @@ class Sandbox:
         self._trash: "queue.SimpleQueue[str | None]" = queue.SimpleQueue()
         self._janitor = threading.Thread(target=self._empty_trash, name="sandbox-janitor", daemon=True)
         self._janitor.start()
+        self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-zygote-starter")
+        """The one thread every zygote is started from (its parent-death signal is tied to it)."""
         self.zygote_restarts = 0
         self._zygote_started = False
         self._slots = threading.BoundedSemaphore(max_workers)
@@ -364,15 +370,16 @@ class Sandbox:
         self._zygote_started = True
         parent, child = socket.socketpair()
         try:
-            self._process = subprocess.Popen(
+            self._process = self._starter.submit(
+                subprocess.Popen,
                 [sys.executable, "-m", "envcore.sandbox.zygote", str(child.fileno()), str(os.getpid())],
                 pass_fds=[child.fileno()],
                 env=_zygote_environment(),
                 cwd=self.root,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-            )
-        except OSError as exc:
+            ).result()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: the starter was shut down (closing)
             parent.close()
             raise RunnerInfrastructureError(f"cannot start the sandbox zygote: {exc}") from exc
         finally:
@@ -717,6 +724,7 @@ class Sandbox:
         self.templates.close()
         with self._lock:
             self._discard_zygote()
+        self._starter.shutdown(wait=False)
         self._trash.put(None)
         self._janitor.join(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
