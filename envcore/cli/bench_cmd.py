@@ -59,6 +59,19 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
     e.set_defaults(func=cmd_env)
 
+    lo = cmds.add_parser("load", help="many concurrent /ws sessions over thousands of episodes: errors, memory",
+                         description="Start `python app.py` and play --episodes episodes over --sessions concurrent "
+                         "WebSocket sessions (scripted oracle, no-op and clumsy players). Print episodes per second "
+                         "and the server's RSS per block of episodes, every error (transport errors, episodes "
+                         "without a reward, rewards on the wrong side of their bound) and the RSS growth from the "
+                         "end of the first block to the end of the last. Exits 1 if any episode went wrong.")
+    lo.add_argument("--cache", default="artifacts/scenarios/v1", help="scenario cache to serve")
+    lo.add_argument("--episodes", type=int, default=5000, help="episodes in all (default 5000)")
+    lo.add_argument("--sessions", type=int, default=64, help="concurrent WebSocket sessions (default 64)")
+    lo.add_argument("--block", type=int, default=1000, help="episodes per reported block (default 1000)")
+    lo.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
+    lo.set_defaults(func=cmd_load)
+
 
 def cmd_factory(args: argparse.Namespace) -> int:
     config = FactoryConfig.load(args.config)
@@ -162,3 +175,12 @@ def cmd_env(args: argparse.Namespace) -> int:
     split = None if args.split == "any" else args.split
     return bench.run(args.cache, resets=args.resets, episodes=args.episodes, ws_episodes=args.ws_episodes,
                      clients=args.clients, split=split)
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from envcore.env import loadbench
+
+    if args.episodes < 1 or args.sessions < 1 or args.block < 1:
+        raise SystemExit("--episodes, --sessions and --block must be at least 1")
+    split = None if args.split == "any" else args.split
+    return loadbench.run(args.cache, episodes=args.episodes, sessions=args.sessions, block=args.block, split=split)

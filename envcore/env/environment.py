@@ -17,6 +17,7 @@ escapes as an exception from ``step``: it is an observation with ``error`` (and,
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
@@ -37,7 +38,7 @@ from envcore.env.episode import DEFAULT_MAX_STEPS, Episode
 from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, Outcome
 from envcore.env.sampler import DEFAULT_SPLIT, CurriculumSampler, NoScenario, SamplingWeights
 from envcore.env.tools import build_mcp_server
-from envcore.sandbox.pool import Sandbox
+from envcore.sandbox.pool import DEFAULT_MAX_WORKERS, Sandbox
 from envcore.version import PACKAGE_VERSION
 
 MAX_STEPS_LIMIT = 200
@@ -92,16 +93,31 @@ class Runtime:
         values.update(overrides)
         return cls(**values)
 
+    sessions: int | None = None
+    """Episodes this runtime serves at once (set by the server). Its sandbox is then sized for them:
+    each episode holds up to two workers (its live app and a test run or verification), so a
+    sandbox with fewer slots would make episodes wait for each other and then fail."""
+
     def get_sandbox(self) -> Sandbox:
         if self.sandbox is None:
             from envcore.sandbox import default_sandbox
 
-            self.sandbox = default_sandbox()
+            needed = workers_for(self.sessions) if self.sessions else 0
+            if needed > DEFAULT_MAX_WORKERS:
+                self.sandbox = Sandbox(max_workers=needed).start()
+                atexit.register(self.sandbox.close)
+            else:
+                self.sandbox = default_sandbox()
         return self.sandbox
 
     @property
     def cache(self) -> ScenarioCache:
         return self.sampler.cache
+
+
+def workers_for(sessions: int) -> int:
+    """Sandbox workers that ``sessions`` concurrent episodes can hold at once, with room for spares."""
+    return 2 * sessions + 4
 
 
 _default_runtime: Runtime | None = None

@@ -44,6 +44,9 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
     timeout = session_timeout_s if session_timeout_s is not None else float(
         os.environ.get("A01_SESSION_TIMEOUT_S", DEFAULT_SESSION_TIMEOUT_S))
 
+    if runtime.sandbox is None:
+        runtime.sessions = max(runtime.sessions or 0, sessions)
+
     def make_env() -> A01Environment:
         return A01Environment(runtime)
 

@@ -284,6 +284,9 @@ class Worker:
         self.close()
 
 
+DEFAULT_MAX_WORKERS = 32
+
+
 class Sandbox:
     """A warm zygote and a bounded pool of workers forked from it. Thread-safe."""
 
@@ -291,7 +294,7 @@ class Sandbox:
         self,
         limits: SandboxLimits | None = None,
         *,
-        max_workers: int = 32,
+        max_workers: int = DEFAULT_MAX_WORKERS,
         pool_wait_s: float = 10.0,
         warm_up: bool = True,
         spares: int = 2,
