@@ -114,6 +114,34 @@ def measure_oracle(runtime: Runtime, seeds: list[int], split: str | None, thread
     return len(seeds) / (time.perf_counter() - started), rewards, requests
 
 
+class MachineCpu:
+    """Busy CPU seconds of the whole machine, every process (server, sandbox, clients), over a block.
+
+    Episodes per second on this machine can be no more than ``cores / cpu_per_episode``; printing
+    both says whether a run was short of CPU or waiting on something."""
+
+    def __enter__(self) -> "MachineCpu":
+        self.seconds = 0.0
+        self._start = _busy_cpu_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = _busy_cpu_s() - self._start
+
+    def per_episode_line(self, episodes: int) -> str:
+        per = self.seconds / max(episodes, 1)
+        cores = os.cpu_count() or 1
+        ceiling = f"{cores / per:.1f}" if per > 0 else "n/a"
+        return f"CPU per episode {per * 1000:.0f} ms, all processes (ceiling on {cores} cores: {ceiling} episodes/s)"
+
+
+def _busy_cpu_s() -> float:
+    import psutil
+
+    t = psutil.cpu_times()  # on Linux guest time is already inside user; steal is not ours
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -181,30 +209,37 @@ def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, client
     # Warm up the sandbox (zygote start) before any clock runs: a server does this once at start.
     play_oracle(A01Environment(runtime), 10**6, split)
 
-    cold, warm = measure_reset(runtime, range(resets), split)
-    print(f"reset, scenario loaded from the cache:  {cold.line()}")
-    print(f"reset, scenario already in memory:      {warm.line()}")
-
-    seeds = list(range(1000, 1000 + episodes))
-    for threads in sorted({1, os.cpu_count() or 1}):
-        rate, rewards, requests = measure_oracle(runtime, seeds, split, threads)
+    # Each run plays scenarios no run before it has seen, and resets are timed last: a scenario's
+    # second episode starts building its template in the background (see Sandbox.prepare), which
+    # would otherwise run during the next measurement.
+    for run_index, threads in enumerate(sorted({1, os.cpu_count() or 1})):
+        seeds = list(range(1000 + run_index * episodes, 1000 + (run_index + 1) * episodes))
+        with MachineCpu() as cpu:
+            rate, rewards, requests = measure_oracle(runtime, seeds, split, threads)
         full = sum(1 for r in rewards if r is not None and r >= 0.95)
         print(f"oracle episodes in process, {threads} thread(s): {rate:.1f} episodes/s "
               f"({full}/{len(rewards)} rewarded >= 0.95)")
         print(f"  http_request step ({threads} thread(s)): {requests.line()}")
+        print(f"  {cpu.per_episode_line(len(rewards))}")
 
     if ws_episodes:
         port = free_port()
         server = start_server(str(cache.root), port, max(clients, 64))
         try:
-            rate, errors, rewards, messages = asyncio.run(_ws_oracle(
-                f"http://127.0.0.1:{port}", list(range(5000, 5000 + ws_episodes)), clients, split, runtime.sampler))
+            with MachineCpu() as cpu:
+                rate, errors, rewards, messages = asyncio.run(_ws_oracle(
+                    f"http://127.0.0.1:{port}", list(range(5000, 5000 + ws_episodes)), clients, split, runtime.sampler))
         finally:
             server.terminate()
             server.wait(10)
         full = sum(1 for r in rewards if r is not None and r >= 0.95)
         print(f"oracle episodes over /ws, {clients} concurrent clients: {rate:.1f} episodes/s, {errors} errors "
               f"({full}/{len(rewards)} rewarded >= 0.95)")
+        print(f"  {cpu.per_episode_line(ws_episodes)}")
         for message in messages[:5]:
             print(f"  error: {message}")
+
+    cold, warm = measure_reset(runtime, range(resets), split)
+    print(f"reset, scenario loaded from the cache:  {cold.line()}")
+    print(f"reset, scenario already in memory:      {warm.line()}")
     return 0

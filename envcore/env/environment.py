@@ -98,12 +98,19 @@ class Runtime:
     each episode holds up to two workers (its live app and a test run or verification), so a
     sandbox with fewer slots would make episodes wait for each other and then fail."""
 
+    sandbox_workers: int | None = None
+    """The sandbox's worker pool, when set (``A01_SANDBOX_WORKERS``); otherwise sized from ``sessions``."""
+
     def get_sandbox(self) -> Sandbox:
+        with _sandbox_lock:  # sessions start at once: one sandbox (one zygote) for all of them
+            return self._get_sandbox()
+
+    def _get_sandbox(self) -> Sandbox:
         if self.sandbox is None:
             from envcore.sandbox import default_sandbox
 
-            needed = workers_for(self.sessions) if self.sessions else 0
-            if needed > DEFAULT_MAX_WORKERS:
+            needed = self.sandbox_workers or (workers_for(self.sessions) if self.sessions else 0)
+            if self.sandbox_workers or needed > DEFAULT_MAX_WORKERS:
                 self.sandbox = Sandbox(max_workers=needed).start()
                 atexit.register(self.sandbox.close)
             else:
@@ -113,6 +120,9 @@ class Runtime:
     @property
     def cache(self) -> ScenarioCache:
         return self.sampler.cache
+
+
+_sandbox_lock = threading.Lock()
 
 
 def workers_for(sessions: int) -> int:

@@ -5,7 +5,8 @@ read-only scenario catalog.
 routes are OpenEnv's own (``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/metadata``,
 ``/health``, ``/mcp``); the catalog adds ``/scenarios`` and ``/scenarios/{id}`` (public views only).
 ``max_concurrent_envs`` (``A01_MAX_SESSIONS``, default 64) bounds the WebSocket sessions; idle
-sessions are closed after ``A01_SESSION_TIMEOUT_S`` (default 900 s). ``POST /reset`` with options
+sessions are closed after ``A01_SESSION_TIMEOUT_S`` (default 900 s). The sandbox gets worker slots
+for every session (two each: its live app and a verification; ``A01_SANDBOX_WORKERS`` overrides). ``POST /reset`` with options
 that cannot be satisfied (:class:`~envcore.env.environment.ResetError`) is a 422 saying why, not a 500,
 and error bodies are rendered so that they cannot fail: a request's ``NaN``/``Infinity`` literal or lone
 surrogate escape (both accepted by Python's JSON parser) echoed in a 422's details would otherwise
@@ -46,6 +47,11 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
 
     if runtime.sandbox is None:
         runtime.sessions = max(runtime.sessions or 0, sessions)
+        workers = os.environ.get("A01_SANDBOX_WORKERS")
+        if workers:
+            if not workers.isdigit() or int(workers) < 1:
+                raise ValueError(f"A01_SANDBOX_WORKERS must be a positive integer, not {workers!r}")
+            runtime.sandbox_workers = int(workers)
 
     def make_env() -> A01Environment:
         return A01Environment(runtime)
