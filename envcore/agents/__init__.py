@@ -1,0 +1,1 @@
+"""Agents that play the A01 repair gym: the reply parser, baselines, LLM agents and rollouts."""
