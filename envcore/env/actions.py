@@ -10,8 +10,10 @@ An action is one tool call, a discriminated union on the ``tool`` field::
 Every model forbids unknown fields and bounds its sizes (:data:`LIMITS`), so a malformed or oversized
 action is refused with a clear message before anything runs. OpenEnv's server validates an action
 with ``action_cls.model_validate``; :class:`A01Action` is the class it is given: a root model over
-the union, so the wire shape stays flat and ``/schema`` publishes every tool's arguments. ``reset``, ``step``, ``state`` and the verifier are not
-tools: a ``tool`` value outside :data:`TOOL_NAMES` is refused.
+the union, so the wire shape stays flat and ``/schema`` publishes every tool's arguments. ``reset``,
+``step``, ``state`` and the verifier are not tools: a ``tool`` value outside :data:`TOOL_NAMES` is
+refused, except ``reply`` (:class:`Reply`), which carries a model's raw reply for the environment to
+read the action from (so a format error is an invalid step wherever the episode runs).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ LIMITS = {
     "search_chars": 200,
     "search_results": 200,
     "read_lines": 2000,
+    "reply_chars": 200_000,
 }
 """Documented bounds on action arguments (see ``docs/environment.md``)."""
 
@@ -159,10 +162,22 @@ class Submit(_Tool):
     read_only: ClassVar[bool] = False
 
 
+class Reply(_Tool):
+    """A language model's whole reply, for harnesses that do not parse it themselves: the environment
+    reads the one action in it (:mod:`envcore.env.reply`) and runs that, as one step. A reply with no
+    readable action is an invalid action whose error says what a reply should look like. Not a tool:
+    agents are not told about it, and it is not an MCP tool."""
+
+    tool: Literal["reply"] = "reply"
+    text: str = Field(max_length=LIMITS["reply_chars"])
+
+
 TOOL_MODELS: tuple[type[_Tool], ...] = (ListFiles, ReadFile, SearchCode, HttpRequestTool, ApplyPatch, EditFile,
                                         RunTests, ViewDiff, Submit)
 TOOL_NAMES: tuple[str, ...] = tuple(m.model_fields["tool"].default for m in TOOL_MODELS)
-ToolAction = Annotated[Union[tuple(TOOL_MODELS)], Field(discriminator="tool")]  # type: ignore[valid-type]
+WIRE_MODELS: tuple[type[_Tool], ...] = (*TOOL_MODELS, Reply)
+"""What a step may carry: a tool call, or a model's reply to read one from."""
+ToolAction = Annotated[Union[tuple(WIRE_MODELS)], Field(discriminator="tool")]  # type: ignore[valid-type]
 _adapter: TypeAdapter = TypeAdapter(ToolAction)
 
 

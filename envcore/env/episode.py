@@ -8,6 +8,8 @@ action and returns an :class:`~envcore.env.actions.A01Observation`:
 * every step counts against ``max_steps``; reaching it submits what is there, with a cost;
 * an invalid action (bad arguments, a path outside the app, a diff that does not apply, an unknown
   user) comes back as an observation with ``error`` set, and the episode goes on;
+* a ``reply`` action carries a model's raw text: the action in it is read and run as the step, and a
+  reply with no readable action (a format error) is an invalid action like any other;
 * intermediate observations carry no reward signal (``reward`` is always 0); hidden probes run only at
   submit, and even then the observation reports them only as counts, so a scenario's hidden suite
   never leaks to an agent that plays it again;
@@ -38,6 +40,7 @@ from envcore.env.actions import (
     LIMITS,
     ListFiles,
     ReadFile,
+    Reply,
     RunTests,
     SearchCode,
     Submit,
@@ -46,6 +49,7 @@ from envcore.env.actions import (
     parse_action,
 )
 from envcore.env.episode_log import StepEntry
+from envcore.env.reply import parse_action_text
 from envcore.env.reward import RewardBreakdown, RewardInputs, compute_reward
 from envcore.patching import PatchError, apply_patch, changed_lines, make_diff
 from envcore.runner.base import AppSource, RunnerInfrastructureError
@@ -120,6 +124,14 @@ class Episode:
         tool_name = raw.get("tool") if isinstance(raw, dict) else None
         try:
             parsed = action if isinstance(action, _Tool) else parse_action(action)
+            if isinstance(parsed, Reply):
+                read = parse_action_text(parsed.text)
+                if read.action is None:
+                    raise ActionError(f"format error: {read.error}")
+                tool_name = read.action["tool"]
+                parsed = parse_action(read.action)
+                if isinstance(parsed, Reply):
+                    raise ActionError("a reply must contain a tool call, not another reply")
             observation = self._dispatch(parsed)
         except ValidationError as exc:
             self.invalid_actions += 1

@@ -7,7 +7,9 @@ OpenAI's ``{"function": {"name": ..., "arguments": "<json string>"}}``), put raw
 JSON strings (a diff, typically), use single quotes or leave a trailing comma. :func:`parse_action_text`
 accepts all of these and returns the action as a plain dict, or a :class:`ParsedAction` with an
 ``error`` that says what was wrong and what a valid reply looks like. It never raises: a reply that
-cannot be read is a *format error*, which the rollout records as an invalid action.
+cannot be read is a *format error*. An episode given a ``reply`` action
+(:class:`~envcore.env.actions.Reply`) runs this parser itself and counts a format error as an
+invalid action, so every harness accounts for them the same way.
 
 The parser only finds and normalises the object; whether the tool and its arguments are valid is
 the environment's decision (:func:`envcore.env.actions.parse_action`), so the two cannot disagree.
@@ -21,7 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-MAX_REPLY_CHARS = 200_000
+from envcore.env.actions import LIMITS
+
+MAX_REPLY_CHARS = LIMITS["reply_chars"]
 """Longer replies are refused unread (a model stuck in a loop)."""
 MAX_CANDIDATES = 256
 """Opening braces tried per reply before giving up."""

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envcore.agents.parse import MAX_REPLY_CHARS, parse_action_text
+from envcore.env.reply import MAX_REPLY_CHARS, parse_action_text
 from envcore.env.actions import parse_action
 
 DIFF = "--- a/app/main.py\n+++ b/app/main.py\n@@ -1,2 +1,2 @@\n-x = {1: 2}\n+x = {1: 3}\n"
@@ -107,3 +107,47 @@ def test_an_action_between_any_prose_is_found(before, tool, after):
     if "<think" not in before.lower() and "<reasoning" not in before.lower() and "<tool_call" not in before.lower() \
             and "```" not in before and "<function_call" not in before.lower() and "<action" not in before.lower():
         assert parsed.ok and parsed.action["tool"] == tool, (reply, parsed)
+
+
+# -- the reply action: the environment reads the model's text itself ------------------------------
+
+@pytest.fixture
+def episode(sandbox):
+    from envcore.cache import ScenarioCache
+    from envcore.env.episode import Episode
+
+    bundle = next(iter(ScenarioCache.open(None)))
+    ep = Episode(bundle, sandbox, max_steps=6)
+    yield ep
+    ep.close_live()
+
+
+def test_a_reply_runs_the_action_in_it_as_one_step(episode):
+    path = sorted(episode.files)[0]
+    observation = episode.step({"tool": "reply", "text": f'Let me look.\n```json\n{{"tool": "read_file", "path": "{path}"}}\n```'})
+    assert observation.error is None and observation.tool == "read_file" and observation.result["path"] == path
+    assert episode.steps == 1 and episode.invalid_actions == 0
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("I am not sure what to do.", "format error: no JSON action"),
+    ("", "format error: the reply is empty"),
+    ('{"tool": "read_file"}', "path"),  # readable, but the environment refuses the arguments
+    ('{"tool": "reset"}', "reset"),
+    ('{"tool": "reply", "text": "{\\"tool\\": \\"submit\\"}"}', "not another reply"),
+], ids=["prose", "empty", "bad-arguments", "reserved", "nested-reply"])
+def test_an_unreadable_or_invalid_reply_is_an_invalid_action_and_the_episode_goes_on(episode, text, fragment):
+    observation = episode.step({"tool": "reply", "text": text})
+    assert observation.error and fragment in observation.error, observation.error
+    assert episode.invalid_actions == 1 and episode.steps == 1 and not episode.done
+    assert episode.step({"tool": "list_files"}).error is None
+
+
+def test_reply_is_on_the_wire_but_not_a_tool():
+    from envcore.env.actions import TOOL_NAMES, A01Action
+    from envcore.env.tools import TOOLS
+
+    assert "reply" not in TOOL_NAMES and "reply" not in TOOLS
+    assert A01Action.model_validate({"tool": "reply", "text": "x"}).root.tool == "reply"
+    with pytest.raises(Exception):
+        A01Action.model_validate({"tool": "reply", "text": "x" * (MAX_REPLY_CHARS + 1)})
