@@ -1,0 +1,67 @@
+"""The agent protocol: one observation in, one action out.
+
+An :class:`Agent` is told when an episode begins (:meth:`Agent.begin`, with the first observation
+and a seed for anything random) and is then asked for one action per step (:meth:`Agent.act`) until
+the episode is done. An action is a wire action as a dict: a tool call (``{"tool": "read_file",
+"path": ...}``), or for a language model its whole reply (``{"tool": "reply", "text": ...}``), which
+the environment reads (so a format error is counted as an invalid action the same way everywhere).
+
+Agents see only what the environment shows them. The one exception is the oracle, which is given
+the scenario cache to look up the reference fix; it exists to validate scenarios and the reward,
+never as a competitor.
+
+:class:`ScriptedAgent` turns a generator (yield an action, receive its observation) into an agent:
+the natural way to write a baseline that reads files before it decides what to patch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator
+from typing import Any, ClassVar
+
+from envcore.env.actions import A01Observation
+
+Action = dict[str, Any]
+SUBMIT: Action = {"tool": "submit"}
+
+
+class Agent(ABC):
+    """Plays episodes, one action per observation."""
+
+    name: ClassVar[str] = "agent"
+
+    def begin(self, observation: A01Observation, *, seed: int = 0) -> None:
+        """A new episode starts with ``observation`` (the reset observation)."""
+
+    @abstractmethod
+    def act(self, observation: A01Observation) -> Action:
+        """The next action, given the latest observation."""
+
+
+Script = Generator[Action, A01Observation, None]
+
+
+class ScriptedAgent(Agent):
+    """An agent written as a generator: ``observation = yield action``. When the script ends, the
+    agent submits."""
+
+    def begin(self, observation: A01Observation, *, seed: int = 0) -> None:
+        self.seed = seed
+        self._script: Script | None = self.script(observation)
+        self._started = False
+
+    @abstractmethod
+    def script(self, first: A01Observation) -> Script:
+        """Yield actions; each ``yield`` returns the observation that answers it."""
+
+    def act(self, observation: A01Observation) -> Action:
+        if self._script is None:
+            return SUBMIT
+        try:
+            action = self._script.send(observation) if self._started else next(self._script)
+        except StopIteration:
+            self._script = None
+            return SUBMIT
+        self._started = True
+        return action
