@@ -19,10 +19,11 @@ def _observation(result: Any) -> A01Observation:
     return result.observation if hasattr(result, "observation") else result
 
 
-def play_episode(env: Any, agent: Agent, *, seed: int, **options: Any) -> A01Observation:
+def play_episode(env: Any, agent: Agent, *, seed: int, agent_id: str | None = None, **options: Any) -> A01Observation:
     """Play one episode of ``agent`` (reset with ``seed`` and ``options``: split, tier, bug_class,
-    scenario, max_steps); return the final observation (reward and breakdown included)."""
-    observation = _observation(env.reset(seed=seed, agent_id=agent.name, **options))
+    scenario, max_steps); return the final observation (reward and breakdown included). The episode
+    is logged under ``agent_id`` (default: the agent's name)."""
+    observation = _observation(env.reset(seed=seed, agent_id=agent_id or agent.name, **options))
     agent.begin(observation, seed=seed)
     while not observation.done:
         observation = _observation(env.step(agent.act(observation)))

@@ -23,6 +23,7 @@ def public_view(bundle: Bundle) -> dict[str, Any]:
     """What anyone may see of a scenario: enough to play it, nothing that grades it."""
     return {
         **bundle.summary(),
+        "content_hash": bundle.content_hash(),
         "task": bundle.task,
         "policy": bundle.policy_text,
         "entrypoint": bundle.entrypoint,

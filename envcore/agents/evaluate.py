@@ -1,0 +1,182 @@
+"""Held-out evaluation: which episodes to play, and what their records add up to.
+
+:func:`evaluation_episodes` picks the first ``n`` scenarios of a split in a fixed order (so two
+agents evaluated with the same arguments play exactly the same scenarios, which makes their
+comparison paired). :func:`summarize` reads episode-log records and returns, overall and broken
+down by bug class, tier and domain: the full-fix rate, the partial rate, the security and
+regression pass rates and the mean reward, each with a 95% percentile-bootstrap confidence interval
+(seeded, so a summary is reproducible). :func:`render_report` writes it as Markdown, and
+:func:`compare` pairs two runs on their common scenarios (difference in mean reward with its
+bootstrap interval, wins and losses in full fixes).
+
+Rates come from each record's reward breakdown (what every producer writes, server-side or not):
+``security_blocked`` measures the share of exploits refused and ``legit_use_broken`` the share of
+regression and trap probes that fail.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from envcore.agents.rollouts import EpisodeSpec
+from envcore.env.episode_log import EpisodeRecord
+
+METRICS = ("full_fix", "partial", "security_pass", "regression_pass", "reward")
+BOOTSTRAP_SAMPLES = 2000
+
+
+def evaluation_episodes(cache: Any, *, split: str | None, n: int | None) -> list[EpisodeSpec]:
+    """The first ``n`` scenarios of ``split`` (all if ``n`` is None), sorted by id, one episode each."""
+    ids = sorted(cache.ids(split=split) if split else cache.ids())
+    chosen = ids if n is None else ids[:n]
+    return [EpisodeSpec.of(index, scenario=scenario_id) for index, scenario_id in enumerate(chosen)]
+
+
+def _component(record: EpisodeRecord, name: str) -> float | None:
+    for component in (record.reward_breakdown or {}).get("components", []):
+        if component.get("name") == name:
+            return float(component.get("measured", 0.0))
+    return None
+
+
+def episode_metrics(record: EpisodeRecord) -> dict[str, float] | None:
+    """One episode's values of :data:`METRICS`; ``None`` if it has no reward (infrastructure error)."""
+    if record.reward is None:
+        return None
+    resolution = (record.reward_breakdown or {}).get("resolution")
+    security = _component(record, "security_blocked")
+    broken = _component(record, "legit_use_broken")
+    return {
+        "full_fix": float(resolution == "full"),
+        "partial": float(resolution == "partial"),
+        "security_pass": security if security is not None else 0.0,
+        "regression_pass": 1.0 - broken if broken is not None else 0.0,
+        "reward": float(record.reward),
+    }
+
+
+def bootstrap_ci(values: Sequence[float], *, seed: int = 0, samples: int = BOOTSTRAP_SAMPLES) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of the mean of ``values``."""
+    if not values:
+        return (float("nan"), float("nan"))
+    if len(values) == 1:
+        return (values[0], values[0])
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
+    return (means[int(0.025 * (samples - 1))], means[int(0.975 * (samples - 1))])
+
+
+def _stats(rows: list[dict[str, float]], seed: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"episodes": len(rows)}
+    for metric in METRICS:
+        values = [r[metric] for r in rows]
+        low, high = bootstrap_ci(values, seed=seed)
+        out[metric] = {"mean": statistics.fmean(values) if values else float("nan"), "ci95": [low, high]}
+    return out
+
+
+def latest_per_episode(records: Iterable[EpisodeRecord]) -> list[EpisodeRecord]:
+    """One record per (agent, scenario, seed): the last one (a resumed run may have replayed one)."""
+    chosen: dict[tuple[str, str, int | None], EpisodeRecord] = {}
+    for record in records:
+        if record.outcome != "abandoned":
+            chosen[(record.agent_id, record.scenario_id, record.seed)] = record
+    return list(chosen.values())
+
+
+def summarize(records: Iterable[EpisodeRecord], *, domains: dict[str, str] | None = None, seed: int = 0) -> dict[str, Any]:
+    """Overall and per bug class, tier and domain; see the module docstring."""
+    kept = latest_per_episode(records)
+    rows = [(r, m) for r in kept if (m := episode_metrics(r)) is not None]
+    groups: dict[str, dict[str, list[dict[str, float]]]] = {"bug_class": defaultdict(list), "tier": defaultdict(list),
+                                                             "domain": defaultdict(list)}
+    for record, metrics in rows:
+        groups["bug_class"][record.bug_class].append(metrics)
+        groups["tier"][str(record.tier)].append(metrics)
+        groups["domain"][(domains or {}).get(record.scenario_id, "unknown")].append(metrics)
+    agents = sorted({r.agent_id for r in kept})
+    return {
+        "agents": agents,
+        "episodes": len(kept),
+        "infrastructure_errors": len(kept) - len(rows),
+        "overall": _stats([m for _, m in rows], seed),
+        "by": {name: {key: _stats(values, seed) for key, values in sorted(group.items())}
+               for name, group in groups.items()},
+    }
+
+
+def _cell(stat: dict[str, Any], percent: bool = True) -> str:
+    mean, (low, high) = stat["mean"], stat["ci95"]
+    if percent:
+        return f"{mean:.0%} [{low:.0%}, {high:.0%}]"
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def _table(rows: dict[str, dict[str, Any]], label: str) -> list[str]:
+    lines = [f"| {label} | episodes | full fix | partial | security pass | regression pass | mean reward |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key, stat in rows.items():
+        lines.append(f"| {key} | {stat['episodes']} | {_cell(stat['full_fix'])} | {_cell(stat['partial'])} | "
+                     f"{_cell(stat['security_pass'])} | {_cell(stat['regression_pass'])} | {_cell(stat['reward'], False)} |")
+    return lines
+
+
+def render_report(summary: dict[str, Any], *, title: str) -> str:
+    """The summary as Markdown: overall, then by bug class, tier and domain (95% bootstrap intervals)."""
+    lines = [f"# {title}", "", f"Agent(s): {', '.join(summary['agents']) or 'none'}; {summary['episodes']} episodes"
+             f" ({summary['infrastructure_errors']} without a reward: infrastructure errors, not counted).",
+             "Each cell: mean [95% bootstrap interval].", ""]
+    lines += _table({"all": summary["overall"]}, "")
+    for name, title_ in (("bug_class", "By bug class"), ("tier", "By tier"), ("domain", "By domain")):
+        lines += ["", f"## {title_}", ""] + _table(summary["by"][name], name.replace("_", " "))
+    return "\n".join(lines) + "\n"
+
+
+def compare(base: Iterable[EpisodeRecord], other: Iterable[EpisodeRecord], *, seed: int = 0) -> dict[str, Any]:
+    """``other`` against ``base``, paired on the scenarios both played (first record of each kept)."""
+    def by_scenario(records: Iterable[EpisodeRecord]) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for record in latest_per_episode(records):
+            metrics = episode_metrics(record)
+            if metrics is not None:
+                out.setdefault(record.scenario_id, metrics)
+        return out
+
+    a, b = by_scenario(base), by_scenario(other)
+    common = sorted(set(a) & set(b))
+    differences = [b[s]["reward"] - a[s]["reward"] for s in common]
+    low, high = bootstrap_ci(differences, seed=seed)
+    return {
+        "scenarios": len(common),
+        "base_mean_reward": statistics.fmean(a[s]["reward"] for s in common) if common else float("nan"),
+        "other_mean_reward": statistics.fmean(b[s]["reward"] for s in common) if common else float("nan"),
+        "reward_difference": {"mean": statistics.fmean(differences) if differences else float("nan"), "ci95": [low, high]},
+        "full_fix": {
+            "base": sum(a[s]["full_fix"] for s in common), "other": sum(b[s]["full_fix"] for s in common),
+            "only_other": sum(1 for s in common if b[s]["full_fix"] and not a[s]["full_fix"]),
+            "only_base": sum(1 for s in common if a[s]["full_fix"] and not b[s]["full_fix"]),
+        },
+        "only_in_base": len(set(a) - set(b)),
+        "only_in_other": len(set(b) - set(a)),
+    }
+
+
+def render_comparison(result: dict[str, Any], *, base: str, other: str) -> str:
+    d = result["reward_difference"]
+    f = result["full_fix"]
+    return "\n".join([
+        f"# {other} against {base}", "",
+        f"Paired on {result['scenarios']} scenarios both played"
+        f" ({result['only_in_base']} only in {base}, {result['only_in_other']} only in {other}).", "",
+        "| | value |", "| --- | --- |",
+        f"| mean reward, {base} | {result['base_mean_reward']:+.3f} |",
+        f"| mean reward, {other} | {result['other_mean_reward']:+.3f} |",
+        f"| difference ({other} - {base}) | {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95% bootstrap) |",
+        f"| full fixes, {base} / {other} | {f['base']:.0f} / {f['other']:.0f} |",
+        f"| fixed only by {other} / only by {base} | {f['only_other']} / {f['only_base']} |",
+    ]) + "\n"

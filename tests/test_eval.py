@@ -1,0 +1,157 @@
+"""Evaluation: summaries with bootstrap intervals, the eval and compare commands, resuming, and
+rollouts through the real server (two sessions, records written from the client's view)."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from envcore.agents.baselines import NoopAgent
+from envcore.agents.evaluate import bootstrap_ci, compare, evaluation_episodes, render_report, summarize
+from envcore.agents.rollouts import EpisodeSpec, run_rollouts
+from envcore.cache import ScenarioCache
+from envcore.env.environment import Runtime
+from envcore.env.episode_log import EpisodeRecord, read_episodes
+from envcore.env.sampler import CurriculumSampler
+from envcore.env.server import create_env_app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def record(scenario, reward, resolution, *, agent="a", bug_class="idor_read", tier=1, security=1.0, broken=0.0, seed=0):
+    components = [{"name": "security_blocked", "value": 0.0, "measured": security, "detail": ""},
+                  {"name": "legit_use_broken", "value": 0.0, "measured": broken, "detail": ""}]
+    return EpisodeRecord(episode_id=f"{scenario}-{agent}-{seed}", agent_id=agent, scenario_id=scenario, scenario_hash="h",
+                         bug_class=bug_class, tier=tier, seed=seed, started_at=0, ended_at=1, outcome="submitted",
+                         max_steps=30, reward=reward,
+                         reward_breakdown=None if reward is None else {"resolution": resolution, "components": components})
+
+
+def test_bootstrap_interval_holds_the_mean_and_is_reproducible():
+    values = [0.0] * 30 + [1.0] * 10
+    low, high = bootstrap_ci(values)
+    assert low < 0.25 < high and 0.05 < low and high < 0.45
+    assert bootstrap_ci(values) == (low, high)
+    assert bootstrap_ci([0.7]) == (0.7, 0.7)
+    assert all(math.isnan(x) for x in bootstrap_ci([]))
+
+
+def test_summary_rates_groups_and_infrastructure_errors():
+    records = [record("s1", 1.0, "full"), record("s2", 0.4, "partial", security=0.5, tier=2),
+               record("s3", -0.5, "no", security=0.0, broken=1.0, bug_class="tenant_leak", tier=2),
+               record("s4", None, None)]
+    summary = summarize(records, domains={"s1": "clinic", "s2": "clinic", "s3": "shop"})
+    assert summary["episodes"] == 4 and summary["infrastructure_errors"] == 1
+    overall = summary["overall"]
+    assert overall["episodes"] == 3
+    assert overall["full_fix"]["mean"] == pytest.approx(1 / 3) and overall["partial"]["mean"] == pytest.approx(1 / 3)
+    assert overall["security_pass"]["mean"] == pytest.approx(0.5) and overall["regression_pass"]["mean"] == pytest.approx(2 / 3)
+    assert set(summary["by"]["bug_class"]) == {"idor_read", "tenant_leak"}
+    assert summary["by"]["tier"]["2"]["episodes"] == 2 and summary["by"]["domain"]["clinic"]["episodes"] == 2
+    report = render_report(summary, title="t")
+    assert "## By bug class" in report and "| tenant_leak | 1 |" in report and "33% [" in report
+
+
+def test_a_replayed_episode_counts_once_and_compare_pairs_on_common_scenarios():
+    base = [record("s1", 0.0, "no"), record("s2", 0.0, "no"), record("s3", 0.0, "no", seed=0)]
+    other = [record("s1", 1.0, "full", agent="b"), record("s2", 0.0, "no", agent="b"), record("s2", 1.0, "full", agent="b"),
+             record("s9", 1.0, "full", agent="b")]
+    assert summarize(other)["episodes"] == 3  # s2 twice (a resumed replay): the later one counts
+    result = compare(base, other)
+    assert result["scenarios"] == 2 and result["only_in_base"] == 1 and result["only_in_other"] == 1
+    assert result["reward_difference"]["mean"] == pytest.approx(1.0)
+    assert result["full_fix"]["only_other"] == 2 and result["full_fix"]["only_base"] == 0
+
+
+def test_evaluation_episodes_are_the_same_for_every_agent(shipped):
+    a = evaluation_episodes(shipped, split="test", n=5)
+    assert a == evaluation_episodes(shipped, split="test", n=5) and len(a) == 5
+    assert all(shipped.split_of(s.scenario) == "test" for s in a)
+    assert len(evaluation_episodes(shipped, split="test", n=None)) == len(shipped.ids(split="test"))
+
+
+def run_cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "envcore", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def test_eval_and_compare_commands_oracle_against_noop_resumable(tmp_path):
+    oracle, noop = tmp_path / "oracle", tmp_path / "noop"
+    for agent, out in (("oracle", oracle), ("noop", noop)):
+        proc = run_cli("eval", "--agent", agent, "--n", "4", "--out", str(out), "--parallel", "2")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["episodes"] == 4 and summary["run"]["played"] == 4
+        assert (out / "report.md").read_text().startswith(f"# {agent} on test")
+    assert json.loads((oracle / "summary.json").read_text())["overall"]["full_fix"]["mean"] == 1.0
+    assert json.loads((noop / "summary.json").read_text())["overall"]["full_fix"]["mean"] == 0.0
+
+    again = run_cli("eval", "--agent", "noop", "--n", "4", "--out", str(noop))
+    assert again.returncode == 0 and "0 played, 4 resumed" in again.stdout
+    assert len(list(read_episodes(noop / "episodes.jsonl"))) == 4
+
+    proc = run_cli("compare", str(noop), str(oracle), "--out", str(tmp_path / "cmp.md"))
+    assert proc.returncode == 0, proc.stderr
+    assert "Paired on 4 scenarios" in proc.stdout and "fixed only by oracle / only by noop | 4 / 0" in proc.stdout
+
+
+def test_eval_refuses_bad_arguments(tmp_path):
+    assert run_cli("eval", "--agent", "nobody", "--out", str(tmp_path)).returncode == 2
+    bad = run_cli("eval", "--agent", "noop", "--adapter", str(tmp_path), "--out", str(tmp_path))
+    assert bad.returncode != 0 and "language-model agents" in bad.stderr
+    assert "at least 1" in run_cli("eval", "--agent", "noop", "--n", "0", "--out", str(tmp_path)).stderr
+    assert "no episodes.jsonl" in run_cli("compare", str(tmp_path), str(tmp_path)).stderr
+
+
+@pytest.fixture(scope="module")
+def server_url(sandbox):
+    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v1")), sandbox=sandbox)
+    app = create_env_app(runtime, max_sessions=4)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_rollouts_through_the_server_write_client_side_records_and_resume(server_url, shipped, tmp_path):
+    log = tmp_path / "remote.jsonl"
+    specs = [EpisodeSpec.of(i, scenario=s) for i, s in enumerate(sorted(shipped.ids(split="test"))[:4])]
+    result = run_rollouts(NoopAgent, specs, log=log, parallel=2, urls=[server_url, server_url], agent_id="noop-remote")
+    assert result.played == 4 and not result.failed
+    records = list(read_episodes(log))
+    assert {r.scenario_id for r in records} == {s.scenario for s in specs}
+    for r in records:
+        bundle = shipped.load(r.scenario_id)
+        assert r.scenario_hash == bundle.content_hash() and r.bug_class == bundle.bug_class and r.tier == bundle.tier
+        assert r.outcome == "submitted" and r.reward <= 0 and r.steps[-1].action == {"tool": "submit"}
+        assert r.verification is None  # hidden probes stay on the server
+    again = run_rollouts(NoopAgent, specs, log=log, parallel=2, urls=[server_url], agent_id="noop-remote")
+    assert again.played == 0 and again.skipped == 4
+
+
+def test_a_dead_server_is_reported_not_written(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "dead.jsonl"
+    result = run_rollouts(NoopAgent, [EpisodeSpec.of(0, split="test")], log=log, urls=[f"http://127.0.0.1:{port}"],
+                          agent_id="noop")
+    assert result.played == 0 and len(result.failed) == 1
+    assert not list(read_episodes(log)) if log.exists() else True
