@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envcore.env.actions import LIMITS
+from envcore.textscan import closing_brace
 
 MAX_REPLY_CHARS = LIMITS["reply_chars"]
 """Longer replies are refused unread (a model stuck in a loop)."""
@@ -90,51 +91,26 @@ def _candidates(text: str):
 
 def _object_in(text: str, problems: list[str]) -> tuple[Any, bool] | None:
     """The first JSON object in ``text`` that looks like an action: (value, found leniently)."""
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        value = _decode_whole(stripped)
-        if value is not None:
-            return value
-    tried = 0
-    for match in re.finditer(r"\{", text):
-        tried += 1
+    for tried, match in enumerate(re.finditer(r"\{", text), 1):
         if tried > MAX_CANDIDATES:
             problems.append("too many braces to search")
             break
-        start = match.start()
+        lenient = False
         try:
-            value, _ = _LENIENT.raw_decode(text, start)
+            value, _ = _LENIENT.raw_decode(text, match.start())
         except ValueError:
-            value = _decode_lenient(text[start:])
-            if value is None:
-                continue
-            if isinstance(value, dict) and _looks_like_action(value):
-                return value, True
-            continue
+            value, lenient = _decode_lenient(text, match.start()), True
         if isinstance(value, dict) and _looks_like_action(value):
-            return value, False
+            return value, lenient
     return None
 
 
-def _decode_whole(text: str) -> tuple[Any, bool] | None:
-    try:
-        value, end = _LENIENT.raw_decode(text)
-        if isinstance(value, dict) and _looks_like_action(value):
-            return value, False
-    except ValueError:
-        pass
-    value = _decode_lenient(text)
-    if isinstance(value, dict) and _looks_like_action(value):
-        return value, True
-    return None
-
-
-def _decode_lenient(text: str) -> Any:
-    """Single quotes, trailing commas, Python literals: the balanced prefix of ``text``, if any."""
-    end = _balanced_end(text)
-    if end is None:
+def _decode_lenient(text: str, start: int) -> Any:
+    """Single quotes, trailing commas, Python literals: the brace-balanced object at ``text[start]``, if any."""
+    end = closing_brace(text, start, quotes="\"'")
+    if end == -1:
         return None
-    chunk = _TRAILING_COMMA.sub(r"\1", text[:end])
+    chunk = _TRAILING_COMMA.sub(r"\1", text[start:end + 1])
     try:
         return _LENIENT.decode(chunk)
     except ValueError:
@@ -143,29 +119,6 @@ def _decode_lenient(text: str) -> Any:
         return ast.literal_eval(chunk)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return None
-
-
-def _balanced_end(text: str) -> int | None:
-    """The end of the brace-balanced object starting at ``text[0]`` (strings of either quote skipped)."""
-    depth, quote, escaped = 0, "", False
-    for i, char in enumerate(text):
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-            continue
-        if char in "\"'":
-            quote = char
-        elif char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
 
 
 def _looks_like_action(value: dict) -> bool:

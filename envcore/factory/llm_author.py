@@ -43,6 +43,7 @@ from envcore.factory.draft import TRAP_TEXT, DraftError, SpecDraft, expand
 from envcore.factory.template_author import draft_for
 from envcore.runner.base import ProbeRunner
 from envcore.scenario.bundle import Bundle
+from envcore.textscan import closing_brace
 from envcore.scenario.spec import DomainSpec, ScenarioSpec, TrapKind
 
 Stage = Literal["backend", "parse", "schema", "config", "expand", "compile", "check"]
@@ -374,29 +375,6 @@ MAX_CANDIDATES = 50
 """Opening braces tried before giving up on a reply (bounds the work on long junk)."""
 
 
-def _closing(text: str, start: int) -> int:
-    """Index of the brace closing the one at ``start`` (strings respected), or -1."""
-    depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
 def _balanced_objects(text: str) -> list[str]:
     """``{...}`` spans in order of their opening brace, each closed by its own brace.
 
@@ -408,7 +386,7 @@ def _balanced_objects(text: str) -> list[str]:
     start, tries = text.find("{"), 0
     while start != -1 and tries < MAX_CANDIDATES:
         tries += 1
-        end = _closing(text, start)
+        end = closing_brace(text, start)
         if end == -1:
             if not kept_unclosed:
                 spans.append(text[start:])
