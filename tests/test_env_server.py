@@ -5,6 +5,7 @@ the package (static level)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -30,12 +31,9 @@ from envcore.factory.lazy_fixes import lazy_fix_diff
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def served(sandbox, tmp_path_factory):
-    log_path = tmp_path_factory.mktemp("log") / "episodes.jsonl"
-    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v1")), sandbox=sandbox,
-                      logger=EpisodeLogger(log_path), source="server")
-    app = create_env_app(runtime, max_sessions=8)
+@contextlib.contextmanager
+def serve_in_thread(app):
+    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -46,9 +44,20 @@ def served(sandbox, tmp_path_factory):
     while not server.started:
         assert time.monotonic() < deadline, "server did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", runtime, log_path
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def served(sandbox, tmp_path_factory):
+    log_path = tmp_path_factory.mktemp("log") / "episodes.jsonl"
+    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v1")), sandbox=sandbox,
+                      logger=EpisodeLogger(log_path), source="server")
+    with serve_in_thread(create_env_app(runtime, max_sessions=8)) as url:
+        yield url, runtime, log_path
     runtime.logger.close()
 
 

@@ -8,12 +8,9 @@ import math
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from envcore.agents.baselines import NoopAgent
 from envcore.agents.evaluate import bootstrap_ci, compare, evaluation_episodes, render_report, summarize
@@ -23,6 +20,7 @@ from envcore.env.environment import Runtime
 from envcore.env.episode_log import EpisodeRecord, read_episodes
 from envcore.env.sampler import CurriculumSampler
 from envcore.env.server import create_env_app
+from tests.test_env_server import serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,20 +112,8 @@ def test_eval_refuses_bad_arguments(tmp_path):
 @pytest.fixture(scope="module")
 def server_url(sandbox):
     runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v1")), sandbox=sandbox)
-    app = create_env_app(runtime, max_sessions=4)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with serve_in_thread(create_env_app(runtime, max_sessions=4)) as url:
+        yield url
 
 
 def test_rollouts_through_the_server_write_client_side_records_and_resume(server_url, shipped, tmp_path):

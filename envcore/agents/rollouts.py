@@ -84,7 +84,7 @@ def run_rollouts(agent_factory: Callable[[], Agent], episodes: Iterable[EpisodeS
         progress(count[0])
     logger = EpisodeLogger(log)
     if urls:
-        session_factory = _remote_sessions(urls, logger, agent_id, source)
+        session_factory = _remote_sessions(urls, logger, source)
     else:
         session_factory = _local_sessions(runtime, logger, source)
     started = time.perf_counter()
@@ -177,23 +177,20 @@ class _RemoteSession:
         started = time.time()
         steps: list[StepEntry] = []
         options = dict(spec.options)
-        first = self.client.reset(seed=spec.seed, agent_id=agent_id, **options).observation
-        agent.begin(first, seed=spec.seed)
-        observation = first
-        while not observation.done:
-            action = agent.act(observation)
-            tick = time.perf_counter()
-            observation = self.client.step(action).observation
+
+        def record_step(action: dict[str, Any], observation: Any, elapsed_ms: float) -> None:
             steps.append(StepEntry(step=len(steps) + 1, action=action, observation=observation.model_dump(mode="json"),
-                                   elapsed_ms=(time.perf_counter() - tick) * 1000))
+                                   elapsed_ms=elapsed_ms))
+
+        observation = play_episode(self.client, agent, seed=spec.seed, agent_id=agent_id, on_step=record_step, **options)
         state = self.client.state()
         breakdown = observation.reward_breakdown or {}
-        facts = self.facts(first.scenario_id)
+        facts = self.facts(observation.scenario_id)
         exhausted = any(c.get("name") == "budget_exhausted" and c.get("measured") for c in breakdown.get("components", []))
         outcome = "infrastructure_error" if observation.reward is None else ("budget_exhausted" if exhausted else "submitted")
         self.logger.write(EpisodeRecord(
             episode_id=state.episode_id or uuid.uuid4().hex, agent_id=agent_id, source=self.source,
-            scenario_id=first.scenario_id, scenario_hash=facts["content_hash"] or first.scenario_id,
+            scenario_id=observation.scenario_id, scenario_hash=facts["content_hash"] or observation.scenario_id,
             cache_version=None, bug_class=facts["bug_class"] or "", tier=int(facts["tier"] or 0),
             split=options.get("split"), seed=spec.seed, started_at=started, ended_at=time.time(), outcome=outcome,
             max_steps=state.max_steps, steps=steps, diff=state.diff, verification=None, reward=observation.reward,
@@ -207,5 +204,5 @@ class _RemoteSession:
             pass
 
 
-def _remote_sessions(urls: list[str], logger: EpisodeLogger, agent_id: str, source: str) -> Callable[[int], _RemoteSession]:
+def _remote_sessions(urls: list[str], logger: EpisodeLogger, source: str) -> Callable[[int], _RemoteSession]:
     return lambda index: _RemoteSession(urls[index % len(urls)], logger, source)
