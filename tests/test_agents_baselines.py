@@ -1,8 +1,9 @@
 """Baseline agents: each one's expected outcome on sample scenarios, played in process.
 
 The bounds are the benchmark's validity: the oracle fully fixes, no-op and deny-all earn nothing,
-random stays in range and repeats itself for a seed, the heuristic fixes the plain IDORs it was
-written for and not what it was not."""
+random stays in range and repeats itself for a seed, the heuristic fixes what its checklist covers
+and not what it does not. Each heuristic rule also has a unit test on source it must patch, and on
+source it must leave alone."""
 
 from __future__ import annotations
 
@@ -11,15 +12,24 @@ import textwrap
 import pytest
 
 from envcore.agents.base import SUBMIT, ScriptedAgent
-from envcore.agents.baselines import BASELINES, HeuristicAgent, RandomAgent, add_ownership_checks
+from envcore.agents.baselines import BASELINES, RandomAgent
+from envcore.agents.heuristic import (HeuristicAgent, add_ownership_checks, keep_redirects_local, require_admin_areas,
+                                      scope_listings)
 from envcore.agents.play import play_episode
 from envcore.env.environment import A01Environment, Runtime
 from envcore.env.sampler import CurriculumSampler
 
-# Test-split scenarios the heuristic fixes (plain IDOR write, tiers 1 and 3) and one it cannot (a
-# missing admin check), found by playing it over the split.
-HEURISTIC_FIXES = ("46faa66fac8f408a", "1a04cca7abb1ca82")
-
+# Test-split scenarios the heuristic fixes, one per rule and auth style (found by playing it over the
+# split), and ones it cannot: a tenant leak, a mass assignment, and a missing admin check in an app
+# with a colleague directory its blanket ownership checks break.
+HEURISTIC_FIXES = {
+    "46faa66fac8f408a": "idor_write, tier 1", "1a04cca7abb1ca82": "idor_write, tier 3",
+    "718cd4c8de04cbeb": "missing admin check, @admin_required", "0b3a584dfe260b50": "forced browsing, Depends(require_admin)",
+    "269dd639a6299fb2": "missing admin check, ensure_admin, tier 3", "063e89ee7bce8bc2": "list leak",
+    "f3fd33d51f973f7e": "open redirect",
+}
+HEURISTIC_MISSES = {"2d3c2177027c7ccf": "tenant_leak", "04aac9fbaabf02ee": "mass_assignment",
+                    "014f8481d48ae6ba": "missing_admin_check with a directory decoy"}
 
 @pytest.fixture(scope="module")
 def env(shipped, sandbox):
@@ -55,15 +65,16 @@ def test_random_stays_in_range_and_repeats_itself_for_a_seed(env):
     assert any(len(h) > 1 for h in histories)
 
 
-@pytest.mark.parametrize("scenario", HEURISTIC_FIXES)
-def test_heuristic_fixes_a_plain_idor(env, scenario):
+@pytest.mark.parametrize("scenario", sorted(HEURISTIC_FIXES))
+def test_heuristic_fixes_what_its_checklist_covers(env, scenario):
     reward, resolution = outcome(play_episode(env, HeuristicAgent(), seed=0, scenario=scenario))
-    assert resolution == "full" and reward > 0.9
+    assert resolution == "full" and reward > 0.9, HEURISTIC_FIXES[scenario]
 
 
-def test_heuristic_cannot_fix_a_missing_admin_check(env):
-    reward, resolution = outcome(play_episode(env, HeuristicAgent(), seed=0, split="test", bug_class="missing_admin_check"))
-    assert resolution != "full" and reward < 0.5
+@pytest.mark.parametrize("scenario", sorted(HEURISTIC_MISSES))
+def test_heuristic_misses_what_its_checklist_does_not_cover(env, scenario):
+    reward, resolution = outcome(play_episode(env, HeuristicAgent(), seed=0, scenario=scenario))
+    assert resolution != "full" and reward < 0.5, HEURISTIC_MISSES[scenario]
 
 
 def test_add_ownership_checks_guards_id_routes_only():
@@ -107,6 +118,110 @@ def test_add_ownership_checks_guards_id_routes_only():
     compile(patched, "notes.py", "exec")
     assert add_ownership_checks("def broken(:\n", {"can_read"}) == "def broken(:\n"
     assert add_ownership_checks(source, set()) == source
+
+
+ADMIN_ROUTER = textwrap.dedent('''\
+    from fastapi import APIRouter, Request
+
+    from ..security import {imports}
+
+    router = APIRouter(prefix="/api/admin")
+
+
+    @router.get("/users")
+    {decorator}async def list_users({params}):
+        """Everyone."""
+        {first}return []
+
+
+    @router.get("/report")
+    {decorator}async def report({params}):
+        {first}if request.method == "GET" and user["role"] != "admin":
+            raise PermissionError
+        return []
+    ''')
+
+
+@pytest.mark.parametrize("style, fields, expect", [
+    ("inline", dict(imports="authenticate", decorator="", params="request: Request", first="user = authenticate(request)\n    "),
+     ["from ..security import authenticate, ensure_admin\n", "user = authenticate(request)\n    ensure_admin(user)\n"]),
+    ("inline, no login", dict(imports="authenticate", decorator="", params="request: Request", first=""),
+     ["user = authenticate(request)\n    ensure_admin(user)\n    return []"]),
+    ("depends", dict(imports="current_user", decorator="", params="user: dict = Depends(current_user)", first=""),
+     ["from fastapi import APIRouter, Request, Depends\n", "from ..security import current_user, require_admin\n",
+      "async def list_users(user: dict = Depends(require_admin)):"]),
+    ("depends, no user", dict(imports="current_user", decorator="", params="", first=""),
+     ["async def list_users(user: dict = Depends(require_admin)):"]),
+    ("decorator", dict(imports="login_required", decorator="@login_required\n", params="request: Request", first=""),
+     ["from ..security import login_required, admin_required\n", "@admin_required\nasync def list_users("]),
+])
+def test_require_admin_areas_uses_the_apps_own_style(style, fields, expect):
+    helpers = {"inline": {"authenticate", "ensure_admin"}, "depends": {"current_user", "require_admin"},
+               "decorator": {"login_required", "admin_required"}}[style.split(",")[0]]
+    source = ADMIN_ROUTER.format(**fields)
+    patched = require_admin_areas(source, helpers)
+    for snippet in expect:
+        assert snippet in patched, (style, patched)
+    compile(patched, "admin.py", "exec")
+    # the handler that already says "admin" (on one method only: a trap) is left as it was
+    report = source[source.index("async def report"):]
+    assert report in patched
+    assert require_admin_areas(patched, helpers) == patched  # idempotent
+
+
+def test_require_admin_areas_leaves_other_paths_alone():
+    source = ADMIN_ROUTER.format(imports="authenticate", decorator="", params="request: Request",
+                                 first="user = authenticate(request)\n    ").replace("/api/admin", "/api/reports")
+    assert require_admin_areas(source, {"authenticate", "ensure_admin"}) == source
+    assert require_admin_areas(source.replace("/api/reports", "/api/admin"), {"can_read"}) == source.replace("/api/reports", "/api/admin")
+
+
+def test_scope_listings_scopes_unscoped_store_queries_of_list_routes():
+    source = textwrap.dedent('''\
+        from ..security import current_user, visible_scope
+
+        @router.get("/api/tickets")
+        async def list_tickets(user: dict = Depends(current_user)):
+            return [r for r in query_tickets()]
+
+        @router.get("/api/tickets/search")
+        async def search(q: str, user: dict = Depends(current_user)):
+            return find_tickets(q, limit=5)
+
+        @router.get("/api/tickets/mine")
+        async def mine(user: dict = Depends(current_user)):
+            return query_tickets(**visible_scope(user))
+
+        @router.get("/api/tickets/{ticket_id}")
+        async def one(ticket_id: str, user: dict = Depends(current_user)):
+            return query_tickets(id=ticket_id)
+
+        @router.get("/api/admin/tickets")
+        async def everything(user: dict = Depends(current_user)):
+            return query_tickets()
+        ''')
+    patched = scope_listings(source, {"visible_scope"})
+    assert "for r in query_tickets(**visible_scope(user))]" in patched
+    assert "find_tickets(q, limit=5, **visible_scope(user))" in patched
+    assert patched.count("visible_scope(user)") == 3  # mine was scoped already; id and admin routes untouched
+    compile(patched, "tickets.py", "exec")
+    assert scope_listings(source, {"can_read"}) == source  # the app has no scope helper to call
+
+
+def test_keep_redirects_local_guards_redirects_to_parameters_once():
+    source = textwrap.dedent('''\
+        @router.get("/auth/logout")
+        async def logout(next: str = "/"):
+            return RedirectResponse(url=next, status_code=303)
+
+        @router.get("/home")
+        async def home():
+            return RedirectResponse("/dashboard")
+        ''')
+    patched = keep_redirects_local(source, set())
+    assert patched.count('if not next.startswith("/") or next.startswith("//") or "\\\\" in next:') == 1
+    assert keep_redirects_local(patched, set()) == patched
+    compile(patched, "account.py", "exec")
 
 
 def test_a_scripted_agent_submits_when_its_script_ends():

@@ -5,10 +5,9 @@
   request: every exploit is blocked and all legitimate use is broken, so the reward must be at most 0.
 * ``random`` takes seeded random actions (reads, searches, requests as random users, a patch that
   deletes or duplicates a random line now and then) and submits at a random step.
-* ``heuristic`` does what a hurried reviewer does: in every handler whose route takes an id and that
-  loads a record and 404s when it is missing, it adds the app's own ownership check (``can_read``
-  for reads, ``can_modify`` for writes) unless the handler already calls one. Plausible and
-  imperfect: it misses list leaks, missing admin checks, trusted client identity and the rest.
+* ``heuristic`` (:mod:`envcore.agents.heuristic`) applies a hurried reviewer's checklist: ownership
+  checks after record lookups, admin checks under /admin, scoped listings, local redirects.
+  Plausible and imperfect.
 * ``oracle`` applies the scenario's reference fix (looked up in the cache: the only agent given
   anything the environment does not show). For validating scenarios and the reward, never shown as
   a competitor.
@@ -18,12 +17,12 @@ All but the oracle see the app only through the tools, like any agent.
 
 from __future__ import annotations
 
-import ast
 import random
 import re
 from typing import Any
 
 from envcore.agents.base import SUBMIT, Action, Agent, Script, ScriptedAgent
+from envcore.agents.heuristic import HeuristicAgent
 from envcore.env.actions import A01Observation
 from envcore.factory.lazy_fixes import lazy_fix_files
 from envcore.patching import make_diff
@@ -49,19 +48,6 @@ class OracleAgent(ScriptedAgent):
     def script(self, first: A01Observation) -> Script:
         bundle = self.cache.load(self.cache.resolve(first.scenario_id))
         yield {"tool": "apply_patch", "diff": bundle.reference_fix}
-
-
-def _read_all(files: list[str]) -> Script:
-    """Read every Python file; the script's return value is ``{path: text}`` (as the files are)."""
-    texts: dict[str, str] = {}
-    for path in files:
-        if not path.endswith(".py"):
-            continue
-        observation = yield {"tool": "read_file", "path": path}
-        if observation.result is not None and observation.result.get("end_line") == observation.result.get("total_lines"):
-            content = observation.result["content"]
-            texts[path] = content + "\n" if content else content
-    return texts  # type: ignore[return-value]
 
 
 def _python_files(first: A01Observation) -> list[str]:
@@ -128,90 +114,6 @@ class RandomAgent(ScriptedAgent):
                 yield {"tool": "run_tests"}
             else:
                 yield {"tool": "view_diff"}
-
-
-class HeuristicAgent(ScriptedAgent):
-    name = "heuristic"
-
-    def script(self, first: A01Observation) -> Script:
-        files = _python_files(first)
-        texts = yield from _read_all(files)
-        checks = {name for name in ("can_read", "can_modify")
-                  if any(re.search(rf"^def {name}\(", t, re.MULTILINE) for t in texts.values())}
-        if not checks:
-            return
-        patched = {path: add_ownership_checks(text, checks) for path, text in texts.items()}
-        changed = {p: t for p, t in patched.items() if t != texts[p]}
-        if changed:
-            yield {"tool": "apply_patch", "diff": make_diff({p: texts[p] for p in changed}, changed)}
-
-
-_ID_ROUTE = re.compile(r"\{\w*id\w*\}")
-_MISSING = re.compile(r"^(\s*)if (\w+) is None:\s*$")
-
-
-def add_ownership_checks(text: str, checks: set[str]) -> str:
-    """``text`` with an ownership check after each "404 if missing" in a handler of an id route."""
-    reachable = {c for c in checks if re.search(rf"^def {c}\(", text, re.MULTILINE)}
-    if re.search(r"^from \S*security import [^\n(]+$", text, re.MULTILINE):
-        reachable = set(checks)  # importable from the module that defines them
-    if not reachable:
-        return text
-    checks = reachable
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return text
-    lines = text.splitlines(keepends=True)
-    inserts: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.AsyncFunctionDef, ast.FunctionDef)):
-            continue
-        method = _route_method(node)
-        if method is None:
-            continue
-        body = "".join(lines[node.lineno - 1: node.end_lineno])
-        if "can_read(" in body or "can_modify(" in body or not re.search(r"\buser\b", body):
-            continue
-        check = "can_read" if method == "get" else "can_modify"
-        if check not in checks:
-            continue
-        for index in range(node.lineno, (node.end_lineno or node.lineno) - 1):
-            missing = _MISSING.match(lines[index].rstrip("\n"))
-            if missing and index + 1 < len(lines) and "raise HTTPException" in lines[index + 1]:
-                indent, record = missing.groups()
-                inserts.append((index + 2, f"{indent}if not {check}(user, {record}):\n"
-                                           f'{indent}    raise HTTPException(status_code=403, detail="not allowed")\n'))
-                break
-    if not inserts:
-        return text
-    for at, snippet in sorted(inserts, reverse=True):
-        lines.insert(at, snippet)
-    new = "".join(lines)
-    return _import_checks(new, {c for c in checks if c in new})
-
-
-def _route_method(node: ast.AST) -> str | None:
-    for decorator in getattr(node, "decorator_list", []):
-        if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
-                and decorator.func.attr in ("get", "post", "put", "patch", "delete") and decorator.args
-                and isinstance(decorator.args[0], ast.Constant) and isinstance(decorator.args[0].value, str)
-                and _ID_ROUTE.search(decorator.args[0].value)):
-            return decorator.func.attr
-    return None
-
-
-def _import_checks(text: str, names: set[str]) -> str:
-    """Add ``names`` to the module's ``from ...security import`` line if it lacks them."""
-    match = re.search(r"^from (\S*security) import ([^\n(]+)$", text, re.MULTILINE)
-    if match is None:
-        return text
-    have = {n.strip() for n in match.group(2).split(",")}
-    missing = sorted(n for n in names if n not in have and not re.search(rf"^def {n}\(", text, re.MULTILINE))
-    if not missing:
-        return text
-    line = f"from {match.group(1)} import {match.group(2).rstrip()}, {', '.join(missing)}"
-    return text[: match.start()] + line + text[match.end():]
 
 
 BASELINES: dict[str, type[Agent]] = {
