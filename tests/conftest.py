@@ -55,3 +55,11 @@ def shipped():
     from envcore.cache import ScenarioCache
 
     return ScenarioCache.open("artifacts/scenarios/v1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny random-weight chat model and its tokenizer, built here (nothing is downloaded)."""
+    from envcore.agents.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0)

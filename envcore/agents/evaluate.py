@@ -11,7 +11,9 @@ bootstrap interval, wins and losses in full fixes).
 
 Rates come from each record's reward breakdown (what every producer writes, server-side or not):
 ``security_blocked`` measures the share of exploits refused and ``legit_use_broken`` the share of
-regression and trap probes that fail.
+regression and trap probes that fail; ``steps`` is the mean number of steps taken and
+``invalid_rate`` the share of steps that were invalid actions (format errors included), which is
+what separates a language model that cannot drive the tools from one that cannot fix the bug.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from envcore.agents.rollouts import EpisodeSpec
 from envcore.env.episode_log import EpisodeRecord
 
-METRICS = ("full_fix", "partial", "security_pass", "regression_pass", "reward")
+METRICS = ("full_fix", "partial", "security_pass", "regression_pass", "reward", "steps", "invalid_rate")
 BOOTSTRAP_SAMPLES = 2000
 
 
@@ -50,12 +52,17 @@ def episode_metrics(record: EpisodeRecord) -> dict[str, float] | None:
     resolution = (record.reward_breakdown or {}).get("resolution")
     security = _component(record, "security_blocked")
     broken = _component(record, "legit_use_broken")
+    steps = _component(record, "steps_used")
+    invalid = _component(record, "invalid_actions")
+    steps = float(steps if steps is not None else len(record.steps))
     return {
         "full_fix": float(resolution == "full"),
         "partial": float(resolution == "partial"),
         "security_pass": security if security is not None else 0.0,
         "regression_pass": 1.0 - broken if broken is not None else 0.0,
         "reward": float(record.reward),
+        "steps": steps,
+        "invalid_rate": (invalid or 0.0) / steps if steps else 0.0,
     }
 
 
@@ -110,19 +117,22 @@ def summarize(records: Iterable[EpisodeRecord], *, domains: dict[str, str] | Non
     }
 
 
-def _cell(stat: dict[str, Any], percent: bool = True) -> str:
+def _cell(stat: dict[str, Any], form: str = "percent") -> str:
     mean, (low, high) = stat["mean"], stat["ci95"]
-    if percent:
+    if form == "percent":
         return f"{mean:.0%} [{low:.0%}, {high:.0%}]"
+    if form == "count":
+        return f"{mean:.1f}"
     return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 def _table(rows: dict[str, dict[str, Any]], label: str) -> list[str]:
-    lines = [f"| {label} | episodes | full fix | partial | security pass | regression pass | mean reward |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [f"| {label} | episodes | full fix | partial | security pass | regression pass | mean reward | steps | invalid |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for key, stat in rows.items():
         lines.append(f"| {key} | {stat['episodes']} | {_cell(stat['full_fix'])} | {_cell(stat['partial'])} | "
-                     f"{_cell(stat['security_pass'])} | {_cell(stat['regression_pass'])} | {_cell(stat['reward'], False)} |")
+                     f"{_cell(stat['security_pass'])} | {_cell(stat['regression_pass'])} | {_cell(stat['reward'], 'signed')} | "
+                     f"{_cell(stat['steps'], 'count')} | {stat['invalid_rate']['mean']:.0%} |")
     return lines
 
 
@@ -130,7 +140,8 @@ def render_report(summary: dict[str, Any], *, title: str) -> str:
     """The summary as Markdown: overall, then by bug class, tier and domain (95% bootstrap intervals)."""
     lines = [f"# {title}", "", f"Agent(s): {', '.join(summary['agents']) or 'none'}; {summary['episodes']} episodes"
              f" ({summary['infrastructure_errors']} without a reward: infrastructure errors, not counted).",
-             "Each cell: mean [95% bootstrap interval].", ""]
+             "Each cell: mean [95% bootstrap interval]; steps: mean steps taken; invalid: share of steps that were "
+             "invalid actions (format errors included).", ""]
     lines += _table({"all": summary["overall"]}, "")
     for name, title_ in (("bug_class", "By bug class"), ("tier", "By tier"), ("domain", "By domain")):
         lines += ["", f"## {title_}", ""] + _table(summary["by"][name], name.replace("_", " "))

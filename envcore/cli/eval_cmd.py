@@ -1,7 +1,8 @@
 """``python -m envcore eval`` and ``python -m envcore compare``: held-out evaluation and paired comparison.
 
-``eval`` plays one agent on the first ``--n`` scenarios of ``--split`` (in process, or against the
-servers given with ``--url``) and writes to ``--out``: ``episodes.jsonl`` (the episode log, which
+``eval`` plays one agent (a scripted baseline, a local ``transformers`` model with an optional LoRA
+adapter, or an OpenAI-compatible endpoint) on the first ``--n`` scenarios of ``--split`` (in
+process, or against the servers given with ``--url``) and writes to ``--out``: ``episodes.jsonl`` (the episode log, which
 makes the run resumable: run the same command again to finish an interrupted one), ``summary.json``
 and ``report.md``. ``compare`` pairs two such folders on the scenarios both played.
 """
@@ -17,14 +18,22 @@ from envcore.cli.progress import progress_bar
 
 
 def register(groups: argparse._SubParsersAction) -> None:
-    from envcore.agents.baselines import BASELINES
+    from envcore.agents.catalog import AGENTS
 
     e = groups.add_parser("eval", help="evaluate an agent on held-out scenarios",
                           description="Play --agent on the first --n scenarios of --split (sorted by id, so every agent "
                           "gets the same ones) and write episodes.jsonl, summary.json and report.md to --out. "
-                          "Resumable: episodes already in --out/episodes.jsonl are not played again.")
-    e.add_argument("--agent", required=True, choices=sorted(BASELINES), help="the agent to evaluate")
-    e.add_argument("--adapter", help="a LoRA adapter folder (language-model agents only)")
+                          "Resumable: episodes already in --out/episodes.jsonl are not played again. Language-model "
+                          "agents: 'transformers' loads --model (a folder or hub name) with an optional LoRA --adapter; "
+                          "'openai' calls an OpenAI-compatible endpoint (--base-url or A01_LLM_BASE_URL / OPENAI_BASE_URL, "
+                          "--model or A01_LLM_MODEL, key from A01_LLM_API_KEY / OPENAI_API_KEY).")
+    e.add_argument("--agent", required=True, choices=AGENTS, help="the agent to evaluate")
+    e.add_argument("--model", help="language-model agents: model folder, hub name or endpoint model id")
+    e.add_argument("--adapter", help="transformers agent: a LoRA adapter folder (its base model is the default --model)")
+    e.add_argument("--base-url", help="openai agent: the endpoint's base URL (ending in /v1)")
+    e.add_argument("--max-new-tokens", type=int, help="language-model agents: tokens per reply (default 512 local, 1024 endpoint)")
+    e.add_argument("--temperature", type=float, default=0.0, help="language-model agents: sampling temperature (default 0: greedy)")
+    e.add_argument("--name", help="agent id in the episode log (default: the agent's name, e.g. llm:<model>)")
     e.add_argument("--split", default="test", help="split to evaluate on (default test; 'any' for all)")
     e.add_argument("--n", type=int, help="number of scenarios (default: the whole split)")
     e.add_argument("--out", required=True, help="output folder")
@@ -32,6 +41,14 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--url", action="append", default=[], help="play against this server (repeat for several replicas)")
     e.add_argument("--cache", help="scenario cache (default: the newest shipped one)")
     e.set_defaults(func=cmd_eval)
+
+    t = groups.add_parser("tiny-model", help="build the tiny random-weight chat model used by tests and demos",
+                          description="Train a small byte-level BPE tokenizer on a few strings and save it with a "
+                          "two-layer random Llama model (deterministic for --seed): the language-model path with no "
+                          "download. Its replies are noise.")
+    t.add_argument("--out", required=True, help="output folder")
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(func=cmd_tiny_model)
 
     c = groups.add_parser("compare", help="compare two evaluation runs, paired on their common scenarios",
                           description="Pair two eval output folders on the scenarios both played and print (and with "
@@ -48,28 +65,30 @@ def _domains(cache) -> dict[str, str]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from envcore.agents.baselines import BASELINES, OracleAgent
+    from envcore.agents.catalog import LLMOptions, agent_factory
     from envcore.agents.evaluate import evaluation_episodes, render_report, summarize
     from envcore.agents.rollouts import run_rollouts
     from envcore.cache import ScenarioCache
     from envcore.env.episode_log import read_episodes
 
-    if args.adapter:
-        raise SystemExit(f"--adapter is for language-model agents; {args.agent!r} is a scripted baseline")
     if args.n is not None and args.n < 1 or args.parallel < 1:
         raise SystemExit("--n and --parallel must be at least 1")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1 or args.temperature < 0:
+        raise SystemExit("--max-new-tokens must be at least 1 and --temperature at least 0")
     cache = ScenarioCache.open(args.cache)
     split = None if args.split == "any" else args.split
     episodes = evaluation_episodes(cache, split=split, n=args.n)
     if not episodes:
         raise SystemExit(f"no scenarios in split {args.split!r} of {cache.root}")
+    llm = LLMOptions(model=args.model, adapter=args.adapter, max_new_tokens=args.max_new_tokens,
+                     temperature=args.temperature, base_url=args.base_url)
+    try:
+        factory, agent_id = agent_factory(args.agent, cache=cache, llm=llm, agent_id=args.name)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"cannot build the {args.agent} agent: {exc}") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "episodes.jsonl"
-    agent_class = BASELINES[args.agent]
-
-    def factory():
-        return OracleAgent(cache) if agent_class is OracleAgent else agent_class()
 
     runtime = None
     if not args.url:
@@ -77,22 +96,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from envcore.env.sampler import CurriculumSampler
 
         runtime = Runtime.from_environ(sampler=CurriculumSampler(cache))
-    with progress_bar(len(episodes), f"eval {args.agent}") as update:
+    with progress_bar(len(episodes), f"eval {agent_id}") as update:
         result = run_rollouts(factory, episodes, log=log, parallel=args.parallel, urls=args.url or None,
-                              runtime=runtime, agent_id=args.agent, source="evaluation", progress=update)
-    records = [r for r in read_episodes(log) if r.agent_id == args.agent]
+                              runtime=runtime, agent_id=agent_id, source="evaluation", progress=update)
+    records = [r for r in read_episodes(log) if r.agent_id == agent_id]
     summary = summarize(records, domains=_domains(cache))
-    summary["run"] = {"agent": args.agent, "split": args.split, "n": len(episodes), "cache": cache.root.name,
+    summary["run"] = {"agent": agent_id, "kind": args.agent, "model": args.model, "adapter": args.adapter,
+                      "split": args.split, "n": len(episodes), "cache": cache.root.name,
                       "played": result.played, "resumed": result.skipped, "failed": result.failed}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "report.md").write_text(render_report(summary, title=f"{args.agent} on {args.split} ({cache.root.name})"))
+    (out / "report.md").write_text(render_report(summary, title=f"{agent_id} on {args.split} ({cache.root.name})"))
     overall = summary["overall"]
-    print(f"{args.agent}: {summary['episodes']} episodes ({result.played} played, {result.skipped} resumed, "
+    print(f"{agent_id}: {summary['episodes']} episodes ({result.played} played, {result.skipped} resumed, "
           f"{len(result.failed)} failed); full fix {overall['full_fix']['mean']:.1%}, "
           f"mean reward {overall['reward']['mean']:+.3f}; report: {out / 'report.md'}")
     for failure in result.failed[:10]:
         print(f"  failed: {failure}", file=sys.stderr)
     return 1 if result.failed else 0
+
+
+def cmd_tiny_model(args: argparse.Namespace) -> int:
+    from envcore.agents.tiny_model import build_tiny_model
+
+    folder = build_tiny_model(args.out, seed=args.seed)
+    print(f"tiny random-weight chat model: {folder}")
+    return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -1,0 +1,69 @@
+"""Every agent by name, and how to build one: what ``eval``, the rollout runner and the demo share.
+
+``AGENTS`` lists the names: the scripted baselines (``noop``, ``deny_all``, ``random``,
+``heuristic``, ``oracle``) and the two language-model kinds, ``transformers`` (a local model folder
+or hub name, optionally with a LoRA ``adapter``) and ``openai`` (an OpenAI-compatible endpoint).
+:func:`agent_factory` returns a zero-argument factory (rollouts build one agent per session) and
+the agent id its episodes are logged under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envcore.agents.base import Agent
+from envcore.agents.baselines import BASELINES, OracleAgent
+
+LLM_KINDS = ("transformers", "openai")
+AGENTS = (*BASELINES, *LLM_KINDS)
+
+
+@dataclass(frozen=True)
+class LLMOptions:
+    model: str | None = None
+    adapter: str | None = None
+    max_new_tokens: int | None = None
+    temperature: float = 0.0
+    base_url: str | None = None
+    device: str | None = None
+
+
+def agent_factory(name: str, *, cache: Any = None, llm: LLMOptions = LLMOptions(),
+                  agent_id: str | None = None) -> tuple[Callable[[], Agent], str]:
+    """(factory, agent id) for the agent called ``name``; bad combinations raise ``ValueError``."""
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}; choose from {', '.join(AGENTS)}")
+    if name in BASELINES:
+        if llm.model or llm.adapter:
+            raise ValueError(f"--model and --adapter are for language-model agents; {name!r} is a scripted baseline")
+        agent_class = BASELINES[name]
+        if agent_class is OracleAgent:
+            return (lambda: OracleAgent(cache)), agent_id or name
+        return agent_class, agent_id or name
+    if name == "transformers":
+        from envcore.agents.llm import TransformersAgent, load_model
+
+        if not (llm.model or llm.adapter):
+            raise ValueError("the transformers agent needs --model (a folder or hub name) or --adapter")
+        if llm.adapter and not Path(llm.adapter).is_dir():
+            raise ValueError(f"adapter folder {llm.adapter} does not exist")
+        load_model(llm.model, llm.adapter, llm.device)  # fail here, before any episode, if it cannot load
+        options: dict[str, Any] = {"adapter": llm.adapter, "temperature": llm.temperature, "device": llm.device}
+        if llm.max_new_tokens:
+            options["max_new_tokens"] = llm.max_new_tokens
+        probe = TransformersAgent(llm.model, **options)
+        ident = agent_id or probe.name
+        return (lambda: TransformersAgent(llm.model, name=ident, **options)), ident
+    from envcore.agents.llm import OpenAIChatAgent
+
+    if llm.adapter:
+        raise ValueError("--adapter is for the transformers agent; an endpoint serves its own adapters")
+    options = {"base_url": llm.base_url, "temperature": llm.temperature}
+    if llm.max_new_tokens:
+        options["max_new_tokens"] = llm.max_new_tokens
+    probe = OpenAIChatAgent(llm.model, **options)
+    ident = agent_id or probe.name
+    return (lambda: OpenAIChatAgent(llm.model, name=ident, **options)), ident

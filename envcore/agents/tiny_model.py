@@ -1,0 +1,81 @@
+"""A tiny chat model with random weights, built locally: the language-model path without a download.
+
+:func:`build_tiny_model` trains a byte-level BPE tokenizer on a few strings (the system prompt, the
+tool docs, sample actions and FastAPI code), gives it a ChatML chat template, and saves it beside a
+two-layer Llama model initialised from a seed. Everything is deterministic for a seed, so the
+folder's content is reproducible. It is what tests and the shipped "tiny LLM" evaluation use to
+exercise the whole language-model path (chat template, generation, reply parsing, LoRA adapters,
+GRPO) on a CPU in seconds. It plays like noise: a real model is a user's configuration
+(``--model Qwen/Qwen2.5-Coder-7B-Instruct`` or a local folder).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|pad|>", "<|im_start|>", "<|im_end|>"]
+
+
+def _corpus() -> list[str]:
+    from envcore.agents.prompts import system_prompt
+
+    actions = [
+        {"tool": "list_files"}, {"tool": "read_file", "path": "app/routers/tickets.py"},
+        {"tool": "search_code", "query": "can_read", "regex": False},
+        {"tool": "http_request", "method": "GET", "path": "/api/tickets/3", "as_user": "alice"},
+        {"tool": "edit_file", "path": "app.py", "search": "return record", "replace": "return present(user, record)"},
+        {"tool": "run_tests"}, {"tool": "view_diff"}, {"tool": "submit"},
+    ]
+    code = (
+        '@router.get("/api/tickets/{ticket_id}")\nasync def read_ticket(ticket_id: str, user: dict = Depends(current_user)):\n'
+        "    record = load_ticket(ticket_id)\n    if record is None:\n"
+        '        raise HTTPException(status_code=404, detail="ticket not found")\n'
+        "    if not can_read(user, record):\n        raise HTTPException(status_code=403)\n    return present(user, record)\n"
+    )
+    diff = "--- a/app.py\n+++ b/app.py\n@@ -1,3 +1,4 @@\n def f():\n+    ensure_admin(user)\n     return x\n"
+    return [system_prompt(), code, diff, *(json.dumps(a) for a in actions)] * 3
+
+
+def build_tiny_model(out: str | Path, *, seed: int = 0, vocab_size: int = 640, hidden_size: int = 64,
+                     layers: int = 2, context_tokens: int = 8192) -> Path:
+    """Build the tokenizer and a random-weight model into ``out``; return the folder."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    core.train_from_iterator(_corpus(), trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|pad|>", bos_token="<|im_start|>",
+                                        eos_token="<|im_end|>", model_max_length=context_tokens)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(out)
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=context_tokens, tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    (out / "README.md").write_text(
+        "# tiny-random-llm\n\nA two-layer Llama chat model with **random weights** and a byte-level BPE tokenizer "
+        f"trained on a few strings (seed {seed}), built by `python -m envcore tiny-model --out {out.name}`. "
+        "It exercises the language-model path of the A01 repair gym (chat template, generation, reply "
+        "parsing, LoRA adapters, training) on a CPU; its replies are noise.\n"
+    )
+    return out
