@@ -141,3 +141,37 @@ def test_a_dead_server_is_reported_not_written(tmp_path):
                           agent_id="noop")
     assert result.played == 0 and len(result.failed) == 1
     assert not list(read_episodes(log)) if log.exists() else True
+
+
+def test_eval_compress_leaves_a_gzipped_log_that_compare_reads_and_a_rerun_resumes(tmp_path):
+    out = tmp_path / "noop"
+    proc = run_cli("eval", "--agent", "noop", "--n", "2", "--out", str(out), "--compress")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "episodes.jsonl.gz").is_file() and not (out / "episodes.jsonl").exists()
+    assert len(list(read_episodes(out / "episodes.jsonl.gz"))) == 2
+    again = run_cli("eval", "--agent", "noop", "--n", "3", "--out", str(out), "--compress")
+    assert again.returncode == 0 and "1 played, 2 resumed" in again.stdout
+    assert len(list(read_episodes(out / "episodes.jsonl.gz"))) == 3
+    proc = run_cli("compare", str(out), str(out))
+    assert proc.returncode == 0 and "Paired on 3 scenarios" in proc.stdout
+
+
+def test_a_truncated_compressed_log_yields_its_whole_records_and_reports_the_rest(tmp_path):
+    import gzip
+
+    lines = [record(f"s{i}", 0.5, "full").model_dump_json() + "\n" for i in range(50)]
+    packed = gzip.compress("".join(lines).encode())
+    (tmp_path / "cut.jsonl.gz").write_bytes(packed[: len(packed) * 2 // 3])
+    problems = []
+    kept = list(read_episodes(tmp_path / "cut.jsonl.gz", problems))
+    assert 0 < len(kept) < 50 and [r.scenario_id for r in kept] == [f"s{i}" for i in range(len(kept))]
+    assert problems and any("ends early" in p.reason or "torn" in p.reason for p in problems)
+
+
+def test_bench_rollouts_prints_local_and_remote_rates():
+    proc = run_cli("bench", "rollouts", "--episodes", "2", "--sessions", "1,2", "--servers", "1", "--split", "val")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert out.count("episodes/s;") == 4 and "in process x" in out and "through servers x" in out
+    assert "through 1 server processes on loopback" in out
+    assert run_cli("bench", "rollouts", "--sessions", "1,x").returncode != 0

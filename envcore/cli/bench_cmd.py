@@ -72,6 +72,18 @@ def register(groups: argparse._SubParsersAction) -> None:
     lo.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
     lo.set_defaults(func=cmd_load)
 
+    r = cmds.add_parser("rollouts", help="rollout episodes/s of the heuristic agent with 1, 2, 4 sessions, local and remote",
+                        description="Play the heuristic agent with each number of parallel --sessions, in process and "
+                        "as WebSocket clients of --servers `python app.py` processes on loopback (sessions spread "
+                        "round-robin), each run on its own unseen scenarios; print episodes per second, the speed-up "
+                        "over one session and the machine-wide CPU per episode. Exits 1 if any episode failed.")
+    r.add_argument("--cache", default="artifacts/scenarios/v1", help="scenario cache to play")
+    r.add_argument("--episodes", type=int, default=48, help="episodes per run (default 48)")
+    r.add_argument("--sessions", default="1,2,4", help="comma-separated session counts (default 1,2,4)")
+    r.add_argument("--servers", type=int, default=2, help="server processes for the remote runs (default 2)")
+    r.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
+    r.set_defaults(func=cmd_rollouts)
+
 
 def cmd_factory(args: argparse.Namespace) -> int:
     config = FactoryConfig.load(args.config)
@@ -184,3 +196,16 @@ def cmd_load(args: argparse.Namespace) -> int:
         raise SystemExit("--episodes, --sessions and --block must be at least 1")
     split = None if args.split == "any" else args.split
     return loadbench.run(args.cache, episodes=args.episodes, sessions=args.sessions, block=args.block, split=split)
+
+
+def cmd_rollouts(args: argparse.Namespace) -> int:
+    from envcore.agents import rolloutbench
+
+    try:
+        sessions = [int(n) for n in args.sessions.split(",")]
+    except ValueError:
+        raise SystemExit(f"--sessions must be comma-separated numbers, not {args.sessions!r}") from None
+    if args.episodes < 1 or args.servers < 1 or not sessions or min(sessions) < 1:
+        raise SystemExit("--episodes, --servers and every --sessions count must be at least 1")
+    split = None if args.split == "any" else args.split
+    return rolloutbench.run(args.cache, episodes=args.episodes, sessions=sessions, split=split, servers=args.servers)

@@ -3,14 +3,17 @@
 ``eval`` plays one agent (a scripted baseline, a local ``transformers`` model with an optional LoRA
 adapter, or an OpenAI-compatible endpoint) on the first ``--n`` scenarios of ``--split`` (in
 process, or against the servers given with ``--url``) and writes to ``--out``: ``episodes.jsonl`` (the episode log, which
-makes the run resumable: run the same command again to finish an interrupted one), ``summary.json``
-and ``report.md``. ``compare`` pairs two such folders on the scenarios both played.
+makes the run resumable: run the same command again to finish an interrupted one; ``--compress``
+leaves it as ``episodes.jsonl.gz``, which a later run unpacks and resumes), ``summary.json`` and
+``report.md``. ``compare`` pairs two such folders on the scenarios both played.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -40,6 +43,8 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--parallel", type=int, default=1, help="sessions played at once (default 1)")
     e.add_argument("--url", action="append", default=[], help="play against this server (repeat for several replicas)")
     e.add_argument("--cache", help="scenario cache (default: the newest shipped one)")
+    e.add_argument("--compress", action="store_true",
+                   help="leave the episode log gzip-compressed (episodes.jsonl.gz; a later run resumes from it)")
     e.set_defaults(func=cmd_eval)
 
     t = groups.add_parser("tiny-model", help="build the tiny random-weight chat model used by tests and demos",
@@ -89,6 +94,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "episodes.jsonl"
+    packed = out / "episodes.jsonl.gz"
+    if packed.exists():  # resume from a compressed run: unpack it first
+        if log.exists():
+            raise SystemExit(f"{out} holds both episodes.jsonl and episodes.jsonl.gz; keep one")
+        with gzip.open(packed, "rb") as source, open(log, "wb") as target:
+            shutil.copyfileobj(source, target)
+        packed.unlink()
 
     runtime = None
     if not args.url:
@@ -106,6 +118,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       "played": result.played, "resumed": result.skipped, "failed": result.failed}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "report.md").write_text(render_report(summary, title=f"{agent_id} on {args.split} ({cache.root.name})"))
+    if args.compress:
+        with open(log, "rb") as source, gzip.open(packed, "wb", compresslevel=9) as target:
+            shutil.copyfileobj(source, target)
+        log.unlink()
     overall = summary["overall"]
     print(f"{agent_id}: {summary['episodes']} episodes ({result.played} played, {result.skipped} resumed, "
           f"{len(result.failed)} failed); full fix {overall['full_fix']['mean']:.1%}, "
@@ -123,14 +139,22 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def episode_log_of(folder: Path) -> Path | None:
+    """An eval folder's episode log, plain or compressed."""
+    for name in ("episodes.jsonl", "episodes.jsonl.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from envcore.agents.evaluate import compare, render_comparison
     from envcore.env.episode_log import read_episodes
 
     logs = []
     for folder in (args.base, args.other):
-        log = Path(folder) / "episodes.jsonl"
-        if not log.exists():
+        log = episode_log_of(Path(folder))
+        if log is None:
             raise SystemExit(f"{folder} has no episodes.jsonl (is it an eval --out folder?)")
         logs.append(list(read_episodes(log)))
     result = compare(logs[0], logs[1])

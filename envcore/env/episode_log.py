@@ -13,6 +13,7 @@ and reported, every complete line before it is intact. ``fsync=True`` also survi
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
@@ -121,11 +122,22 @@ class LogProblem(BaseModel):
     reason: str
 
 
+def _lines(handle: Any, problems: list[LogProblem] | None) -> Iterator[bytes]:
+    """The handle's lines; a compressed file that ends early ends them (and is reported)."""
+    try:
+        yield from handle
+    except (EOFError, OSError) as exc:
+        if problems is not None:
+            problems.append(LogProblem(line=0, reason=f"compressed log ends early: {exc}"))
+
+
 def read_episodes(path: str | Path, problems: list[LogProblem] | None = None) -> Iterator[EpisodeRecord]:
-    """The records of a log file, in order. Lines that are torn, not JSON, of another record version
-    or invalid are skipped and described in ``problems`` (when given)."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
+    """The records of a log file (plain, or gzip-compressed when its name ends in ``.gz``), in order.
+    Lines that are torn, not JSON, of another record version or invalid are skipped and described in
+    ``problems`` (when given)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        for number, raw in enumerate(_lines(handle, problems), 1):
             if not raw.endswith(b"\n"):
                 if problems is not None:
                     problems.append(LogProblem(line=number, reason="torn last line (a writer stopped mid-record)"))
