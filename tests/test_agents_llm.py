@@ -229,24 +229,18 @@ def test_an_endpoint_agent_repairs_a_scenario_through_the_real_server(shipped, s
     assert "Access policy" in first["messages"][1]["content"]
 
 
-def test_an_endpoint_that_refuses_stops_at_once_with_its_message():
-    fake = FakeEndpoint(lambda turn, messages: "{}", failures=5, status=401)
-    with serve_in_thread(fake.app) as url:
-        agent = OpenAIChatAgent("m", base_url=f"{url}/v1", retries=3)
-        agent.begin(obs("task"))
-        with pytest.raises(EndpointError, match="refused the request: HTTP 401"):
-            agent.act(obs("task"))
-    assert len(fake.requests) == 1
-
-
-def test_an_endpoint_that_keeps_failing_is_reported_after_its_retries():
-    fake = FakeEndpoint(lambda turn, messages: "{}", failures=10, status=503)
+@pytest.mark.parametrize("status, tries, message", [
+    (401, 1, "refused the request: HTTP 401"),  # not retried: the key is wrong
+    (503, 3, "kept failing after 3 tries: HTTP 503"),  # retried, then reported
+])
+def test_an_endpoint_error_stops_the_agent_with_the_endpoints_message(status, tries, message):
+    fake = FakeEndpoint(lambda turn, messages: "{}", failures=10, status=status)
     with serve_in_thread(fake.app) as url:
         agent = OpenAIChatAgent("m", base_url=f"{url}/v1", retries=2)
         agent.begin(obs("task"))
-        with pytest.raises(EndpointError, match="kept failing after 3 tries: HTTP 503"):
+        with pytest.raises(EndpointError, match=message):
             agent.act(obs("task"))
-    assert len(fake.requests) == 3
+    assert len(fake.requests) == tries
 
 
 def test_agent_catalog_refuses_bad_combinations(tiny_model, monkeypatch):

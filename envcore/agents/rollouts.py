@@ -161,13 +161,16 @@ class _RemoteSession:
         self.client.connect()
         self.url, self.logger, self.source = url.rstrip("/"), logger, source
         self._facts: dict[str, dict[str, Any]] = {}
+        self._http: Any = None
 
     def facts(self, scenario_id: str) -> dict[str, Any]:
         """The scenario's public catalog entry (bug class, tier, content hash), from the server."""
         if scenario_id not in self._facts:
-            import httpx
+            if self._http is None:
+                import httpx
 
-            reply = httpx.get(f"{self.url}/scenarios/{scenario_id}", timeout=30)
+                self._http = httpx.Client(timeout=30)  # one connection for the session's lookups
+            reply = self._http.get(f"{self.url}/scenarios/{scenario_id}")
             reply.raise_for_status()
             data = reply.json()
             self._facts[scenario_id] = {k: data.get(k) for k in ("bug_class", "tier", "content_hash", "domain")}
@@ -202,6 +205,8 @@ class _RemoteSession:
             self.client.close()
         except Exception:  # noqa: BLE001 - closing a broken session
             pass
+        if self._http is not None:
+            self._http.close()
 
 
 def _remote_sessions(urls: list[str], logger: EpisodeLogger, source: str) -> Callable[[int], _RemoteSession]:

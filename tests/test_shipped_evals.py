@@ -1,0 +1,66 @@
+"""The shipped evaluation runs (``artifacts/evals/v1``): current, honest, and a valid benchmark.
+
+Each run must cover the whole test split of the shipped cache with the scenarios as they are now
+(content hashes match), its ``summary.json`` must be what its episode log adds up to, and together
+they must show the benchmark discriminates: the oracle fixes everything, no-op and deny-all fix
+nothing and earn at most 0, the heuristic lands strictly between and does worse as the tier rises.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from envcore.agents.evaluate import summarize
+from envcore.env.episode_log import read_episodes
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "artifacts" / "evals" / "v1"
+BASELINE_RUNS = ("oracle", "noop", "deny_all", "random", "heuristic")
+LLM_RUNS = ("tiny-random-llm",)
+
+
+@functools.cache
+def load(name):
+    folder = RUNS / name
+    return json.loads((folder / "summary.json").read_text()), list(read_episodes(folder / "episodes.jsonl.gz"))
+
+
+def _close(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, abs_tol=1e-9)
+    return a == b
+
+
+@pytest.mark.parametrize("name", BASELINE_RUNS + LLM_RUNS)
+def test_a_shipped_run_covers_the_test_split_as_it_is_and_its_summary_is_its_log(name, shipped):
+    summary, records = load(name)
+    test_ids = set(shipped.ids(split="test"))
+    assert {r.scenario_id for r in records} == test_ids and len(records) == len(test_ids)
+    hashes = {scenario_id: shipped.load(scenario_id).content_hash() for scenario_id in test_ids}
+    stale = [r.scenario_id for r in records if r.scenario_hash != hashes[r.scenario_id]]
+    assert not stale, f"{name} was played on older versions of {len(stale)} scenarios: re-run it"
+    assert summary["infrastructure_errors"] == 0 and summary["run"]["failed"] == []
+    domains = {row["scenario_id"]: row.get("domain", "unknown") for row in shipped.rows}
+    again = summarize(records, domains=domains)
+    assert _close({k: v for k, v in summary.items() if k != "run"}, again)
+
+
+def test_the_shipped_runs_show_the_benchmark_discriminates():
+    full = {name: load(name)[0]["overall"]["full_fix"]["mean"] for name in BASELINE_RUNS}
+    reward = {name: load(name)[0]["overall"]["reward"]["mean"] for name in BASELINE_RUNS}
+    assert full["oracle"] == 1.0
+    assert full["noop"] == 0.0 and reward["noop"] <= 0
+    assert full["deny_all"] == 0.0 and reward["deny_all"] <= 0
+    assert 0.0 < full["heuristic"] < 1.0 and full["random"] < full["heuristic"]
+    by_tier = load("heuristic")[0]["by"]["tier"]
+    rates = [by_tier[t]["full_fix"]["mean"] for t in ("1", "2", "3")]
+    assert rates[0] > rates[1] > rates[2], f"heuristic full-fix rate by tier: {rates}"
