@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envcore.agents.evaluate import summarize
+from envcore.agents.evaluate import scenario_domains, summarize
 from envcore.env.episode_log import read_episodes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +49,7 @@ def test_a_shipped_run_covers_the_test_split_as_it_is_and_its_summary_is_its_log
     stale = [r.scenario_id for r in records if r.scenario_hash != hashes[r.scenario_id]]
     assert not stale, f"{name} was played on older versions of {len(stale)} scenarios: re-run it"
     assert summary["infrastructure_errors"] == 0 and summary["run"]["failed"] == []
-    domains = {row["scenario_id"]: row.get("domain", "unknown") for row in shipped.rows}
-    again = summarize(records, domains=domains)
+    again = summarize(records, domains=scenario_domains(shipped))
     assert _close({k: v for k, v in summary.items() if k != "run"}, again)
 
 

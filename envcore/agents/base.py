@@ -65,3 +65,17 @@ class ScriptedAgent(Agent):
             return SUBMIT
         self._started = True
         return action
+
+
+def python_files(first: A01Observation) -> list[str]:
+    """The app's Python files, as the reset observation lists them, sorted."""
+    return sorted(p for p in first.files if p.endswith(".py"))
+
+
+def file_text(observation: A01Observation) -> str | None:
+    """The whole file a ``read_file`` returned, as it is on disk (the tool strips the last newline),
+    or ``None`` when the read was refused or returned only part of the file."""
+    result = observation.result
+    if result is None or result.get("end_line") != result.get("total_lines"):
+        return None
+    return result["content"] + "\n" if result["content"] else ""

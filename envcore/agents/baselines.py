@@ -21,7 +21,7 @@ import random
 import re
 from typing import Any
 
-from envcore.agents.base import SUBMIT, Action, Agent, Script, ScriptedAgent
+from envcore.agents.base import SUBMIT, Action, Agent, Script, ScriptedAgent, file_text, python_files
 from envcore.agents.heuristic import HeuristicAgent
 from envcore.env.actions import A01Observation
 from envcore.factory.lazy_fixes import lazy_fix_files
@@ -48,10 +48,6 @@ class OracleAgent(ScriptedAgent):
     def script(self, first: A01Observation) -> Script:
         bundle = self.cache.load(self.cache.resolve(first.scenario_id))
         yield {"tool": "apply_patch", "diff": bundle.reference_fix}
-
-
-def _python_files(first: A01Observation) -> list[str]:
-    return sorted(p for p in first.files if p.endswith(".py"))
 
 
 class DenyAllAgent(ScriptedAgent):
@@ -82,16 +78,16 @@ class RandomAgent(ScriptedAgent):
 
     def script(self, first: A01Observation) -> Script:
         rng = random.Random(self.seed)
-        files = _python_files(first) or list(first.files)
+        files = python_files(first) or list(first.files)
         texts: dict[str, str] = {}
         users = re.findall(r"^\s*[-*]\s*`?([a-z][\w.]+)`?\s*\(", first.text, re.MULTILINE)
         for _ in range(rng.randint(0, self.max_actions)):
             kind = rng.choice(("read", "read", "search", "request", "patch", "tests", "diff"))
             if kind == "read" and files:
                 path = rng.choice(files)
-                observation = yield {"tool": "read_file", "path": path}
-                if observation.result and observation.result.get("end_line") == observation.result.get("total_lines"):
-                    texts[path] = observation.result["content"] + "\n"
+                text = file_text((yield {"tool": "read_file", "path": path}))
+                if text is not None:
+                    texts[path] = text
             elif kind == "search":
                 yield {"tool": "search_code", "query": rng.choice(("user", "id", "admin", "def ", "raise", "org"))}
             elif kind == "request":

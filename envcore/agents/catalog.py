@@ -44,19 +44,18 @@ def agent_factory(name: str, *, cache: Any = None, llm: LLMOptions = LLMOptions(
             return (lambda: OracleAgent(cache)), agent_id or name
         return agent_class, agent_id or name
     if name == "transformers":
-        from envcore.agents.llm import TransformersAgent, load_model
+        from envcore.agents.llm import TransformersAgent
 
         if not (llm.model or llm.adapter):
             raise ValueError("the transformers agent needs --model (a folder or hub name) or --adapter")
         if llm.adapter and not Path(llm.adapter).is_dir():
             raise ValueError(f"adapter folder {llm.adapter} does not exist")
-        load_model(llm.model, llm.adapter, llm.device)  # fail here, before any episode, if it cannot load
         options: dict[str, Any] = {"adapter": llm.adapter, "temperature": llm.temperature, "device": llm.device}
         if llm.max_new_tokens:
             options["max_new_tokens"] = llm.max_new_tokens
-        probe = TransformersAgent(llm.model, **options)
-        ident = agent_id or probe.name
-        return (lambda: TransformersAgent(llm.model, name=ident, **options)), ident
+        # built now, so a model that cannot load fails before any episode; it is the first agent handed out
+        first = TransformersAgent(llm.model, name=agent_id, **options)
+        return _first_then(first, lambda: TransformersAgent(llm.model, name=first.name, **options)), first.name
     from envcore.agents.llm import OpenAIChatAgent
 
     if llm.adapter:
@@ -64,6 +63,18 @@ def agent_factory(name: str, *, cache: Any = None, llm: LLMOptions = LLMOptions(
     options = {"base_url": llm.base_url, "temperature": llm.temperature}
     if llm.max_new_tokens:
         options["max_new_tokens"] = llm.max_new_tokens
-    probe = OpenAIChatAgent(llm.model, **options)
-    ident = agent_id or probe.name
-    return (lambda: OpenAIChatAgent(llm.model, name=ident, **options)), ident
+    first = OpenAIChatAgent(llm.model, name=agent_id, **options)
+    return _first_then(first, lambda: OpenAIChatAgent(llm.model, name=first.name, **options)), first.name
+
+
+def _first_then(first: Agent, make: Callable[[], Agent]) -> Callable[[], Agent]:
+    """A factory that hands out ``first`` once, then new agents from ``make``."""
+    spare = [first]
+
+    def factory() -> Agent:
+        try:
+            return spare.pop()  # atomic: sessions may ask at once
+        except IndexError:
+            return make()
+
+    return factory

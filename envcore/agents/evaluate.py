@@ -38,6 +38,11 @@ def evaluation_episodes(cache: Any, *, split: str | None, n: int | None) -> list
     return [EpisodeSpec.of(index, scenario=scenario_id) for index, scenario_id in enumerate(chosen)]
 
 
+def scenario_domains(cache: Any) -> dict[str, str]:
+    """Each scenario's domain, from the cache's manifest (what :func:`summarize` groups by)."""
+    return {row["scenario_id"]: row.get("domain", "unknown") for row in cache.rows}
+
+
 def _component(record: EpisodeRecord, name: str) -> float | None:
     for component in (record.reward_breakdown or {}).get("components", []):
         if component.get("name") == name:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import re
 
-from envcore.agents.base import Script, ScriptedAgent
+from envcore.agents.base import Script, ScriptedAgent, file_text, python_files
 from envcore.env.actions import A01Observation
 from envcore.patching import make_diff
 
@@ -46,11 +46,10 @@ class HeuristicAgent(ScriptedAgent):
 
     def script(self, first: A01Observation) -> Script:
         texts: dict[str, str] = {}
-        for path in sorted(p for p in first.files if p.endswith(".py")):
-            observation = yield {"tool": "read_file", "path": path}
-            result = observation.result
-            if result is not None and result.get("end_line") == result.get("total_lines"):
-                texts[path] = result["content"] + "\n" if result["content"] else ""
+        for path in python_files(first):
+            text = file_text((yield {"tool": "read_file", "path": path}))
+            if text is not None:
+                texts[path] = text
         helpers = {name for text in texts.values() for name in _DEFINED.findall(text)} & set(HELPERS)
         changed = {}
         for path, text in texts.items():
@@ -123,10 +122,9 @@ def _parse(text: str) -> ast.Module | None:
 def _reachable(text: str, helpers: set[str]) -> set[str]:
     """The helpers this module can use: its own, or all of them when it imports from the module that
     defines them (``from ..security import ...``)."""
-    own = set(_DEFINED.findall(text)) & helpers
     if re.search(r"^from \S*security import [^\n(]+$", text, re.MULTILINE):
         return set(helpers)
-    return own
+    return set(_DEFINED.findall(text)) & helpers
 
 
 def _apply(lines: list[str], inserts: list[tuple[int, str]], replaces: dict[int, str]) -> str:

@@ -83,6 +83,8 @@ class LoadedModel:
     tokenizer: Any
     context_tokens: int
     lock: threading.Lock
+    label: str
+    """``<model folder name>[+<adapter folder name>]``: what agents of this model are called."""
     chars_per_token: float = CHARS_PER_TOKEN
 
 
@@ -127,7 +129,8 @@ def load_model(model: str | None, adapter: str | None = None, device: str | None
         network.to(device).eval()
         config = network.config
         context = getattr(config, "max_position_embeddings", None) or getattr(tokenizer, "model_max_length", 4096)
-        loaded = LoadedModel(network, tokenizer, int(min(context, 1_000_000)), threading.Lock())
+        label = Path(str(model)).name + (f"+{Path(adapter).name}" if adapter else "")
+        loaded = LoadedModel(network, tokenizer, int(min(context, 1_000_000)), threading.Lock(), label)
         _LOADED[key] = loaded
         return loaded
 
@@ -144,8 +147,7 @@ class TransformersAgent(LLMAgent):
         if self.context_tokens <= max_new_tokens + 64:
             raise ValueError(f"context of {self.context_tokens} tokens leaves no room for a prompt "
                              f"and {max_new_tokens} new tokens")
-        label = Path(str(model or _base_of(str(adapter)))).name + (f"+{Path(adapter).name}" if adapter else "")
-        super().__init__(max_chars=self.prompt_tokens_budget() * 4, name=name or f"llm:{label}")
+        super().__init__(max_chars=self.prompt_tokens_budget() * 4, name=name or f"llm:{self.loaded.label}")
 
     def prompt_tokens_budget(self) -> int:
         return self.context_tokens - self.max_new_tokens

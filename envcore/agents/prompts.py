@@ -19,6 +19,7 @@ counts in characters so the budget holds for any tokenizer; set it from the mode
 from __future__ import annotations
 
 import json
+import types
 import typing
 from dataclasses import dataclass, field
 
@@ -48,7 +49,7 @@ def _type_name(annotation: typing.Any) -> str:
         return _type_name(typing.get_args(annotation)[0])
     if origin is typing.Literal:
         return " | ".join(json.dumps(a) for a in typing.get_args(annotation))
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(annotation) if a is not type(None))
     if origin is not None:
         inner = ", ".join(_type_name(a) for a in typing.get_args(annotation))

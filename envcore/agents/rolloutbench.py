@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from envcore.agents.heuristic import HeuristicAgent
-from envcore.agents.rollouts import EpisodeSpec, run_rollouts
+from envcore.agents.rollouts import EpisodeSpec, RolloutResult, run_rollouts
 from envcore.cache import ScenarioCache
 from envcore.env.bench import MachineCpu, free_port, start_server
 from envcore.env.environment import Runtime
@@ -37,17 +37,20 @@ def _slices(cache: ScenarioCache, split: str | None, per_run: int, runs: int, wa
             for start, size in zip(starts, sizes)]
 
 
+def _play(specs: list[EpisodeSpec], sessions: int, agent_id: str, **where) -> RolloutResult:
+    with tempfile.TemporaryDirectory(prefix="a01-bench-rollouts-") as folder:
+        return run_rollouts(HeuristicAgent, specs, log=Path(folder) / "episodes.jsonl", parallel=sessions,
+                            agent_id=agent_id, source="benchmark", **where)
+
+
 def _warm_up(specs: list[EpisodeSpec], **where) -> None:
     """Untimed episodes that start the sandbox (its zygote, the agent's imports) before the timing."""
-    with tempfile.TemporaryDirectory(prefix="a01-bench-warmup-") as folder:
-        run_rollouts(HeuristicAgent, specs, log=Path(folder) / "episodes.jsonl", parallel=len(specs),
-                     agent_id="warm-up", source="benchmark", **where)
+    _play(specs, len(specs), "warm-up", **where)
 
 
 def _measure(label: str, sessions: int, specs: list[EpisodeSpec], **where) -> tuple[float, list[str]]:
-    with tempfile.TemporaryDirectory(prefix="a01-bench-rollouts-") as folder, MachineCpu() as cpu:
-        result = run_rollouts(HeuristicAgent, specs, log=Path(folder) / "episodes.jsonl", parallel=sessions,
-                              agent_id="heuristic", source="benchmark", **where)
+    with MachineCpu() as cpu:
+        result = _play(specs, sessions, "heuristic", **where)
     rate = result.played / result.elapsed_s if result.elapsed_s else 0.0
     print(f"  {label:<24} {sessions} session(s): {result.played:4d} episodes in {result.elapsed_s:6.1f} s = "
           f"{rate:5.2f} episodes/s; {cpu.per_episode_line(result.played)}")

@@ -65,13 +65,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     c.set_defaults(func=cmd_compare)
 
 
-def _domains(cache) -> dict[str, str]:
-    return {row["scenario_id"]: row.get("domain", "unknown") for row in cache.rows}
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     from envcore.agents.catalog import LLMOptions, agent_factory
-    from envcore.agents.evaluate import evaluation_episodes, render_report, summarize
+    from envcore.agents.evaluate import evaluation_episodes, render_report, scenario_domains, summarize
     from envcore.agents.rollouts import run_rollouts
     from envcore.cache import ScenarioCache
     from envcore.env.episode_log import read_episodes
@@ -112,7 +108,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result = run_rollouts(factory, episodes, log=log, parallel=args.parallel, urls=args.url or None,
                               runtime=runtime, agent_id=agent_id, source="evaluation", progress=update)
     records = [r for r in read_episodes(log) if r.agent_id == agent_id]
-    summary = summarize(records, domains=_domains(cache))
+    summary = summarize(records, domains=scenario_domains(cache))
     summary["run"] = {"agent": agent_id, "kind": args.agent, "model": args.model, "adapter": args.adapter,
                       "split": args.split, "n": len(episodes), "cache": cache.root.name,
                       "played": result.played, "resumed": result.skipped, "failed": result.failed}
