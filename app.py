@@ -1,24 +1,52 @@
-"""Entry point of the A01 repair gym service: ``python app.py``.
+"""Entry point of the A01 repair gym Space: ``python app.py``.
 
-Serves the OpenEnv environment (``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/metadata``,
-``/health``, ``/mcp``) and the read-only scenario catalog (``/scenarios``) over the default scenario
-cache (the newest ``artifacts/scenarios/vN``) on ``0.0.0.0:$PORT`` (7860 by default, as Hugging Face
-Spaces expect). Configuration, all optional: ``A01_CACHE`` (another cache folder), ``A01_WEIGHTS``
-(sampling weights), ``A01_EPISODE_LOG`` (episode-log JSONL path), ``A01_MAX_STEPS``,
-``A01_MAX_SESSIONS``, ``A01_SESSION_TIMEOUT_S``; see ``docs/environment.md``.
+One process, one FastAPI app, on ``0.0.0.0:$PORT`` (7860 by default, as Hugging Face Spaces expect):
+
+* the OpenEnv environment (``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/metadata``,
+  ``/health``, ``/mcp``) and the read-only scenario catalog (``/scenarios``) over the default
+  scenario cache (the newest ``artifacts/scenarios/vN``);
+* the Gradio page at ``/``: play scenarios by hand, watch rollouts and live agents, dashboards
+  (see :mod:`ui.app`), through a per-visitor session facade sharing the same cache and sandbox.
+
+Configuration, all optional: ``A01_CACHE`` (another cache folder), ``A01_WEIGHTS`` (sampling weights),
+``A01_EPISODE_LOG`` (episode-log JSONL of ``/ws`` sessions), ``A01_MAX_STEPS``, ``A01_MAX_SESSIONS``,
+``A01_SESSION_TIMEOUT_S`` (OpenEnv sessions); ``A01_HUMAN_LOG`` (human play log, default
+``artifacts/human/episodes.jsonl``; empty: none), ``A01_UI_MAX_SESSIONS`` (default 16),
+``A01_UI_SESSION_TTL_S`` (idle visitors' sessions are closed after it, default 900),
+``A01_ARTIFACTS`` (where the page looks for rollout sets), ``A01_UI=0`` (the API alone); see
+``docs/environment.md`` and ``docs/space.md``.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from envcore.env.server import create_env_app  # noqa: E402
+from fastapi import FastAPI  # noqa: E402
+
+from envcore.env.environment import default_runtime  # noqa: E402
+from envcore.env.server import DEFAULT_MAX_SESSIONS, create_env_app  # noqa: E402
 
 
-def build_app():
-    return create_env_app()
+def build_app() -> FastAPI:
+    runtime = default_runtime()
+    app = create_env_app(runtime)
+    if os.environ.get("A01_UI", "1") == "0":
+        return app
+    from envcore.server.sessions import ARTIFACTS, SessionHub
+    from ui.app import mount_ui, warm
+
+    hub = SessionHub.for_server(runtime)
+    # The sandbox (started on first use) must hold the visitors' episodes as well as the API's.
+    runtime.sessions = (runtime.sessions or int(os.environ.get("A01_MAX_SESSIONS", DEFAULT_MAX_SESSIONS))) \
+        + hub.max_sessions  # play and live sessions share the hub's slots
+    artifacts = Path(os.environ.get("A01_ARTIFACTS") or ARTIFACTS)
+    app = mount_ui(app, hub, artifacts)
+    warm(artifacts)
+    app.state.session_hub = hub
+    return app
 
 
 app = build_app()

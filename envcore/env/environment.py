@@ -101,7 +101,13 @@ class Runtime:
     sandbox_workers: int | None = None
     """The sandbox's worker pool, when set (``A01_SANDBOX_WORKERS``); otherwise sized from ``sessions``."""
 
+    parent: "Runtime | None" = None
+    """Another runtime of the same process whose sandbox this one uses (the Space's play sessions
+    share the server's sandbox, sized for both, instead of starting a second pool)."""
+
     def get_sandbox(self) -> Sandbox:
+        if self.sandbox is None and self.parent is not None:
+            self.sandbox = self.parent.get_sandbox()
         with _sandbox_lock:  # sessions start at once: one sandbox (one zygote) for all of them
             return self._get_sandbox()
 

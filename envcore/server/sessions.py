@@ -1,0 +1,342 @@
+"""The session facade: how the web UI (and anything else in the process) plays episodes.
+
+One :class:`SessionHub` serves every visitor of the Space. A visitor's browser holds only a session
+id (an unguessable token); the episode itself, an :class:`~envcore.env.environment.A01Environment`,
+lives here, server-side. OpenEnv's built-in web UI shares one environment across all visitors, so
+two people playing at once would step on each other's episode; here each id has its own.
+
+* **Lifetime.** A session is closed (its live app stopped, its unfinished episode logged as
+  ``abandoned``) when the UI says the visitor left (:meth:`SessionHub.close`), or when it has been
+  idle for ``ttl_s`` (a background sweeper, so a closed laptop does not hold a sandbox worker for
+  ever). At most ``max_sessions`` are open at once; one more is refused with :class:`SessionLimit`,
+  saying why, rather than starving the sessions already playing.
+* **Same episodes as everyone else.** Play sessions share the server's scenario sampler and sandbox
+  and write the shared episode-log format (``source`` ``human``), so a human episode is a human-eval
+  result read by the same dashboards and reports as any agent's. Actions go through the environment's
+  own ``step``: the UI's buttons are the tool registry's tools, refused and counted the same way.
+* **What the UI may see.** Hidden probes and the reference fix never leave the environment while an
+  episode runs; :meth:`SessionHub.verdict` returns the full verification (hidden probes revealed)
+  only once the episode is over.
+* **Agents, live.** :meth:`SessionHub.start_agent` attaches an agent from the catalog (scripted
+  baselines always; a local model or an endpoint when configured) to a session, and
+  :meth:`SessionHub.agent_step` asks it for one action at a time, so the audience can watch an agent
+  play step by step. Those episodes are not logged (they are demonstrations, not evaluations).
+
+The UI imports this module, never the sandbox: the hub is the boundary between the two.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envcore.agents.base import Action, Agent
+from envcore.agents.catalog import LLMOptions, agent_factory
+from envcore.env.actions import A01Observation, A01State
+from envcore.env.environment import A01Environment, ResetError, Runtime
+from envcore.env.episode_log import EpisodeLogger, EpisodeRecord
+
+DEFAULT_TTL_S = 900.0
+DEFAULT_MAX_SESSIONS = 16
+DEFAULT_HUMAN_MAX_STEPS = 60
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+DEFAULT_HUMAN_LOG = ARTIFACTS / "human" / "episodes.jsonl"
+SCRIPTED_LIVE_AGENTS = ("heuristic", "random", "deny_all", "noop", "oracle")
+_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class SessionError(Exception):
+    """A session request that cannot be served; the message says why, for the visitor."""
+
+
+class SessionLimit(SessionError):
+    """Every session slot is in use."""
+
+
+class UnknownSession(SessionError):
+    """The id names no open session (it expired, was closed, or never existed)."""
+
+
+@dataclass
+class _Session:
+    env: A01Environment
+    last_used: float
+    kind: str = "play"
+    agent: Agent | None = None
+    agent_name: str | None = None
+    last_observation: A01Observation | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+@dataclass(frozen=True)
+class LiveAgent:
+    """An agent the Watch tab can run live: its catalog name and how to build it."""
+
+    name: str
+    label: str
+    build: Callable[[], tuple[Callable[[], Agent], str]]
+
+
+def human_agent_id(nickname: str | None, session_id: str) -> str:
+    """``human:<nickname>`` (letters, digits, ``_.-``; 32 at most) or ``human:<session prefix>``."""
+    name = _NAME.sub("-", (nickname or "").strip())[:32].strip("-")
+    return f"human:{name or session_id[:8]}"
+
+
+class SessionHub:
+    """Per-visitor episodes with a time-to-live; see the module docstring."""
+
+    def __init__(self, runtime: Runtime, *, ttl_s: float = DEFAULT_TTL_S, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 live_runtime: Runtime | None = None, clock: Callable[[], float] = time.monotonic,
+                 sweep_every_s: float | None = None) -> None:
+        if ttl_s <= 0 or max_sessions < 1:
+            raise ValueError("ttl_s must be positive and max_sessions at least 1")
+        self.runtime = runtime
+        self.live_runtime = live_runtime or Runtime(sampler=runtime.sampler, max_steps=runtime.max_steps,
+                                                    source="live", parent=runtime)
+        self.ttl_s = ttl_s
+        self.max_sessions = max_sessions
+        self._clock = clock
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        if sweep_every_s != 0:
+            every = sweep_every_s or min(30.0, ttl_s / 4)
+            self._sweeper = threading.Thread(target=self._sweep_forever, args=(every,), name="session-sweeper",
+                                             daemon=True)
+            self._sweeper.start()
+
+    @classmethod
+    def for_server(cls, server: Runtime, *, human_log: str | Path | None = None, **options: Any) -> "SessionHub":
+        """A hub whose play sessions share ``server``'s scenarios and sandbox and log human episodes to
+        ``human_log`` (default ``A01_HUMAN_LOG`` or ``artifacts/human/episodes.jsonl``; ``""``: none)."""
+        path = human_log if human_log is not None else os.environ.get("A01_HUMAN_LOG", str(DEFAULT_HUMAN_LOG))
+        runtime = Runtime(sampler=server.sampler, logger=EpisodeLogger(path) if path else None,
+                          max_steps=DEFAULT_HUMAN_MAX_STEPS, source="human", parent=server)
+        options.setdefault("ttl_s", float(os.environ.get("A01_UI_SESSION_TTL_S", DEFAULT_TTL_S)))
+        options.setdefault("max_sessions", int(os.environ.get("A01_UI_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)))
+        return cls(runtime, **options)
+
+    # ----- lifetime ----------------------------------------------------------------------------
+    def open(self, kind: str = "play") -> str:
+        """A new session id. Raises :class:`SessionLimit` when every slot is taken."""
+        self.sweep()
+        runtime = self.runtime if kind == "play" else self.live_runtime
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                raise SessionLimit(f"all {self.max_sessions} play sessions are in use; try again in a few minutes "
+                                   f"(idle sessions are freed after {self.ttl_s / 60:.0f} minutes)")
+            session_id = secrets.token_urlsafe(16)
+            self._sessions[session_id] = _Session(A01Environment(runtime), self._clock(), kind)
+        return session_id
+
+    def close(self, session_id: str | None) -> bool:
+        """End the session (an unfinished episode is logged as abandoned); ``False`` if it was not open."""
+        if not session_id:
+            return False
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+        if session is None:
+            return False
+        with session.lock:
+            session.env.close()
+        return True
+
+    def sweep(self) -> int:
+        """Close every session idle for longer than the TTL; returns how many."""
+        now = self._clock()
+        with self._lock:
+            expired = [sid for sid, s in self._sessions.items() if now - s.last_used > self.ttl_s]
+        return sum(self.close(sid) for sid in expired)
+
+    def _sweep_forever(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                self.sweep()
+            except Exception:  # a sweep must never kill the sweeper; the next one tries again
+                pass
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        with self._lock:
+            ids = list(self._sessions)
+        for sid in ids:
+            self.close(sid)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def is_open(self, session_id: str | None) -> bool:
+        with self._lock:
+            return bool(session_id) and session_id in self._sessions
+
+    def _get(self, session_id: str | None) -> _Session:
+        with self._lock:
+            session = self._sessions.get(session_id or "")
+            if session is None:
+                raise UnknownSession("this session has ended (it was idle too long or the server restarted): "
+                                     "start a new episode")
+            session.last_used = self._clock()
+            return session
+
+    # ----- playing -----------------------------------------------------------------------------
+    def reset(self, session_id: str, *, seed: int | None = None, split: str | None = None, tier: int | None = None,
+              bug_class: str | None = None, domain: str | None = None, scenario: str | None = None,
+              max_steps: int | None = None, agent_id: str | None = None) -> A01Observation:
+        """Start an episode in the session. ``scenario`` is an id, a unique prefix of one, or a full
+        content hash; ``domain`` filters like the other options (the draw is seeded). Options that no
+        scenario satisfies raise :class:`~envcore.env.environment.ResetError` with the reason."""
+        session = self._get(session_id)
+        if scenario:
+            scenario = self._resolve(scenario.strip())
+        elif domain:
+            scenario = self._draw_in_domain(seed, split, tier, bug_class, domain)
+        with session.lock:
+            return session.env.reset(seed=seed, split=split or "any", tier=tier, bug_class=bug_class,
+                                     scenario=scenario, max_steps=max_steps, agent_id=agent_id)
+
+    def _resolve(self, text: str) -> str:
+        cache = self.runtime.cache
+        if not re.fullmatch(r"[0-9a-fA-F]{1,64}", text):
+            raise ResetError(f"a scenario is named by its id or content hash (hexadecimal), not {text[:40]!r}")
+        text = text.lower()
+        try:
+            scenario_id = cache.resolve(text[:16])
+        except KeyError as exc:
+            raise ResetError(exc.args[0]) from None
+        if len(text) > 16 and not str(cache.row(scenario_id).get("sha256", "")).startswith(text):
+            raise ResetError(f"no scenario has content hash {text[:20]}...")
+        return scenario_id
+
+    def _draw_in_domain(self, seed: int | None, split: str | None, tier: int | None, bug_class: str | None,
+                        domain: str) -> str:
+        import random
+
+        split = None if split in (None, "any") else split
+        ids = sorted(row["scenario_id"] for row in self.runtime.cache.rows
+                     if row.get("domain") == domain and (split is None or row.get("split") == split)
+                     and (tier is None or int(row.get("tier", 0)) == int(tier))
+                     and (bug_class is None or row.get("bug_class") == bug_class))
+        if not ids:
+            raise ResetError(f"no scenario in domain {domain!r} matches the other filters")
+        rng = random.Random(seed) if seed is not None else random.SystemRandom()
+        return rng.choice(ids)
+
+    def step(self, session_id: str, action: Action) -> A01Observation:
+        """One tool call, exactly as an agent would send it over ``/ws``."""
+        session = self._get(session_id)
+        with session.lock:
+            return session.env.step(action)
+
+    def state(self, session_id: str) -> A01State:
+        session = self._get(session_id)
+        with session.lock:
+            return session.env.state
+
+    def has_episode(self, session_id: str | None) -> bool:
+        try:
+            return self._get(session_id).env.episode is not None
+        except UnknownSession:
+            return False
+
+    def users(self, session_id: str) -> list[str]:
+        """The seeded usernames of the session's scenario (what ``as_user`` accepts)."""
+        episode = self._get(session_id).env.episode
+        return [u.username for u in episode.bundle.users] if episode is not None else []
+
+    def current_file(self, session_id: str, path: str) -> str | None:
+        """The file as the episode holds it now (patches applied), or ``None``. Not a step: the UI
+        uses it to turn an edited file into the ``apply_patch`` action it then sends."""
+        episode = self._get(session_id).env.episode
+        return episode.files.get(path) if episode is not None else None
+
+    def verdict(self, session_id: str) -> dict[str, Any] | None:
+        """Once the episode is over: ``{"verification": ..., "reward_breakdown": ...}`` with every probe,
+        hidden ones included. While it runs (or before any episode): ``None``."""
+        session = self._get(session_id)
+        with session.lock:
+            episode = session.env.episode
+            if episode is None or not episode.done or episode.report is None:
+                return None
+            return {"verification": episode.report.model_dump(mode="json"),
+                    "reward_breakdown": episode.breakdown.model_dump(mode="json") if episode.breakdown else None}
+
+    def record(self, session_id: str) -> EpisodeRecord | None:
+        """The session's episode so far, in the episode-log format (what the rollout viewer shows)."""
+        session = self._get(session_id)
+        with session.lock:
+            env = session.env
+            if env.episode is None:
+                return None
+            outcome = "abandoned"
+            if env.episode.done:
+                outcome = "budget_exhausted" if env.episode.budget_exhausted else "submitted"
+            return env.record(outcome)
+
+    # ----- agents, live ------------------------------------------------------------------------
+    def live_agents(self) -> dict[str, LiveAgent]:
+        """The agents the Watch tab can run live: the scripted baselines, each local model or adapter
+        under ``artifacts/models`` and ``artifacts/adapters``, ``A01_UI_MODEL`` (a model folder) and
+        an OpenAI-compatible endpoint when ``A01_LLM_BASE_URL`` (or ``OPENAI_BASE_URL``) is set."""
+        cache = self.runtime.cache
+        agents: dict[str, LiveAgent] = {}
+        for name in SCRIPTED_LIVE_AGENTS:
+            label = "oracle (validation only: applies the reference fix)" if name == "oracle" else name
+            agents[name] = LiveAgent(name, label, lambda n=name: agent_factory(n, cache=cache))
+        models = [p for p in sorted((ARTIFACTS / "models").glob("*")) if (p / "config.json").is_file()]
+        if os.environ.get("A01_UI_MODEL"):
+            models.append(Path(os.environ["A01_UI_MODEL"]))
+        for path in models:
+            agents[f"model:{path.name}"] = LiveAgent(
+                f"model:{path.name}", f"{path.name} (local model)",
+                lambda p=path: agent_factory("transformers", llm=LLMOptions(model=str(p), max_new_tokens=256)))
+        for path in sorted((ARTIFACTS / "adapters").glob("*")):
+            if (path / "adapter_config.json").is_file():
+                agents[f"adapter:{path.name}"] = LiveAgent(
+                    f"adapter:{path.name}", f"{path.name} (trained LoRA adapter)",
+                    lambda p=path: agent_factory("transformers", llm=LLMOptions(adapter=str(p), max_new_tokens=256)))
+        if os.environ.get("A01_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL"):
+            agents["openai"] = LiveAgent("openai", "OpenAI-compatible endpoint", lambda: agent_factory("openai"))
+        return agents
+
+    def start_agent(self, session_id: str, name: str, *, seed: int = 0, scenario: str | None = None,
+                    **options: Any) -> A01Observation:
+        """Reset the session on ``scenario`` and attach the live agent ``name`` to it."""
+        live = self.live_agents().get(name)
+        if live is None:
+            raise SessionError(f"no live agent {name!r}; available: {', '.join(self.live_agents())}")
+        session = self._get(session_id)
+        try:
+            factory, agent_id = live.build()
+            agent = factory()
+        except (ValueError, OSError, ImportError) as exc:
+            raise SessionError(f"cannot start {live.label}: {exc}") from None
+        observation = self.reset(session_id, seed=seed, scenario=scenario, agent_id=agent_id, **options)
+        with session.lock:
+            agent.begin(observation, seed=seed)
+            session.agent, session.agent_name = agent, name
+            session.last_observation = observation
+        return observation
+
+    def agent_step(self, session_id: str) -> tuple[Action, A01Observation]:
+        """Ask the attached agent for its next action and play it."""
+        session = self._get(session_id)
+        with session.lock:
+            if session.agent is None or session.env.episode is None:
+                raise SessionError("no agent is running in this session: start one first")
+            observation = session.last_observation
+            if observation is None or observation.done:
+                raise SessionError("the episode is over")
+            action = session.agent.act(observation)
+            observation = session.env.step(action)
+            session.last_observation = observation
+            return action, observation

@@ -1,0 +1,85 @@
+"""The Space's page: three tabs (Play, Watch, Dashboard) over one session facade.
+
+:func:`build_ui` lays out the page and wires what crosses tabs (a scenario chosen in the dashboard's
+browser opens in Play). :func:`mount_ui` puts it on the environment's FastAPI app at ``/``, so one
+process serves the OpenEnv API (``/ws``, ``/step``, ``/mcp`` ...) and the page. The UI reaches the
+environment only through :class:`~envcore.server.sessions.SessionHub`; it never imports the sandbox.
+Rollout sets are read lazily and cached; :func:`warm` reads them in the background after start-up, so
+the first visitor's dashboard does not wait for the logs to be parsed.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+from fastapi import FastAPI
+
+from envcore.server.sessions import ARTIFACTS, SessionHub
+from ui import artifact_sets, dashboard_tab, play_tab, watch_tab
+from ui.wiring import bind
+
+TITLE = "A01 repair gym"
+INTRO = (
+    "# A01 repair gym\n"
+    "Find and repair **Broken Access Control** (OWASP A01) bugs in generated FastAPI apps. "
+    "**Play** a scenario by hand with the agent's own tools, **Watch** recorded or live agent episodes step by "
+    "step, and compare agents on the **Dashboard**. The same environment is served to agents over OpenEnv "
+    "(`/ws`, `/mcp`) by this process."
+)
+CSS = """
+.gradio-container {max-width: 1400px !important}
+"""
+
+
+def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
+    cache = hub.runtime.cache
+    bug_classes = sorted({row["bug_class"] for row in cache.rows})
+    domains = sorted({row.get("domain", "unknown") for row in cache.rows})
+    with gr.Blocks(title=TITLE) as demo:
+        gr.Markdown(INTRO)
+        with gr.Tabs() as tabs:
+            with gr.Tab("Play", id="play", elem_id="tab-play"):
+                play = play_tab.build(hub, bug_classes=bug_classes, domains=domains, ttl_s=hub.ttl_s)
+            with gr.Tab("Watch", id="watch", elem_id="tab-watch"):
+                watch = watch_tab.build(hub, artifacts, ttl_s=hub.ttl_s)
+            with gr.Tab("Dashboard", id="dashboard", elem_id="tab-dashboard"):
+                dashboard = dashboard_tab.build(hub, artifacts)
+
+        def play_selected(event: gr.SelectData) -> dict[Any, Any]:
+            row = event.row_value or []
+            if not row:
+                return {}
+            return {play["scenario"]: row[0], tabs: gr.Tabs(selected="play")}
+
+        dashboard["browser"].select(play_selected, None, [play["scenario"], tabs])
+        watch_ctrl, dash_ctrl = watch["controller"], dashboard["controller"]
+        watch_named = {k: v for k, v in watch.items() if k != "controller"}
+        dash_named = {k: v for k, v in dashboard.items() if k != "controller"}
+        demo.load(bind(watch_ctrl.refresh, watch_named), None, list(watch_named.values()))
+        demo.load(bind(dash_ctrl.refresh, dash_named), None, list(dash_named.values()))
+    demo.queue(default_concurrency_limit=hub.max_sessions)
+    return demo
+
+
+def mount_ui(app: FastAPI, hub: SessionHub, artifacts: Path = ARTIFACTS) -> FastAPI:
+    """Serve the page at ``/`` on ``app`` (after its own routes, which keep precedence)."""
+    return gr.mount_gradio_app(app, build_ui(hub, artifacts), path="/", css=CSS, theme=gr.themes.Soft(),
+                               footer_links=["api"])
+
+
+def warm(artifacts: Path = ARTIFACTS) -> threading.Thread:
+    """Parse every rollout set in the background (their records are cached afterwards)."""
+
+    def run() -> None:
+        for rollout_set in artifact_sets.discover(artifacts):
+            try:
+                artifact_sets.load_records(rollout_set)
+            except Exception:  # a bad log is reported when someone opens it, not at start-up
+                pass
+
+    thread = threading.Thread(target=run, name="ui-warm", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,186 @@
+"""Which rollout sets the dashboard can show, and their records, read once per file version.
+
+A *rollout set* is one episode log under the artifacts folder: an evaluation run
+(``evals/v1/heuristic/episodes.jsonl.gz``), the human-play log of the Space
+(``human/episodes.jsonl``), a trained model's evaluation, and so on. :func:`discover` finds them
+and says what each one is; :func:`load_records` reads one.
+
+Choices:
+
+* A set is named by its folder relative to the artifacts root (``evals/v1/heuristic``), or, for a log
+  not called ``episodes.jsonl[.gz]``, by the file's relative path without the extension
+  (``training/run3/rollouts``). Names are stable and unique, so they key colours and tables.
+* What a set *is* comes from a small declarative table (:data:`KIND_RULES`), the first matching rule
+  winning. The oracle plays the reference fix: its runs validate the scenarios and the reward and are
+  never a competitor, so its kind is ``validation`` and its label says so. A set counts as trained
+  when a path part says so or when its ``summary.json`` names a (non-null) adapter, at the top level or
+  under ``run`` (every eval summary has ``run.adapter``, null for untrained agents).
+* Discovery goes by file name and skips ``scenarios/`` and ``models/`` (bundles, rejects, weights)
+  and hidden folders wherever they are. A file whose first bytes are not an episode record (another
+  tool's JSONL) is left out; an empty file is kept (the human log exists before its first episode).
+  When a folder holds both ``episodes.jsonl`` and ``episodes.jsonl.gz``, the plain one wins: a resumed
+  evaluation decompresses the shipped log and appends to it, so the plain copy is the newer one.
+* :func:`load_records` caches parsed records per (path, mtime_ns, size): a static log is parsed once,
+  the growing human log is re-read whenever it changes. The cache is bounded (LRU,
+  :data:`CACHE_ENTRIES`) and thread-safe (Gradio serves callbacks from a thread pool). Lines the
+  reader skipped (a torn last line, another record version) are not lost: :func:`load_problems`
+  returns them for the same file version. Records are shared between callers: read, never mutate.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from envcore.env.episode_log import EpisodeRecord, LogProblem, read_episodes
+
+KINDS = ("trained", "baseline", "human", "validation", "other")
+"""Kinds in display order: what was trained first, the oracle's validation runs after the competitors."""
+
+SKIPPED_DIRS = frozenset({"scenarios", "models"})
+LOG_SUFFIXES = (".jsonl.gz", ".jsonl")
+CACHE_ENTRIES = 32
+_SNIFF_BYTES = 4096  # a record's first key after record_version is episode_id: always in the first bytes
+
+
+@dataclass(frozen=True)
+class RolloutSet:
+    name: str
+    """The folder relative to the artifacts root (``evals/v1/heuristic``), or the log's relative path
+    without its extension when it is not named ``episodes.jsonl[.gz]``."""
+    path: Path
+    """The log file."""
+    kind: str
+    """One of :data:`KINDS`."""
+    label: str
+    """Display text: ``heuristic · evals/v1``; the oracle's is ``oracle (validation only) · evals/v1``."""
+
+
+def _adapter_in_summary(folder: Path) -> bool:
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(summary, dict):
+        return False
+    run = summary.get("run")
+    return bool(summary.get("adapter") or (isinstance(run, dict) and run.get("adapter")))
+
+
+# (kind, test on the set's name parts and its log's folder); the first match wins, so the oracle is
+# validation even when it sits under evals/, and a trained model's eval under evals/ is trained.
+KIND_RULES: tuple[tuple[str, Callable[[tuple[str, ...], Path], bool]], ...] = (
+    ("validation", lambda parts, folder: bool(parts) and parts[-1] == "oracle"),
+    ("human", lambda parts, folder: "human" in parts),
+    ("trained", lambda parts, folder: "training" in parts or "adapters" in parts or _adapter_in_summary(folder)),
+    ("baseline", lambda parts, folder: bool(parts) and parts[0] == "evals"),
+)
+
+
+def _kind(name: str, folder: Path) -> str:
+    parts = tuple(name.split("/"))
+    return next((kind for kind, test in KIND_RULES if test(parts, folder)), "other")
+
+
+def _label(name: str, kind: str) -> str:
+    parent, _, leaf = name.rpartition("/")
+    shown = f"{leaf} (validation only)" if kind == "validation" else leaf
+    return f"{shown} · {parent}" if parent else shown
+
+
+def _is_episode_log(path: Path) -> bool:
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except (OSError, EOFError):
+        return False
+    return not head.strip() or b'"episode_id"' in head
+
+
+def _set_name(relative: Path) -> str:
+    """The set's name from the log's path relative to the root (see :class:`RolloutSet`)."""
+    stem = relative.name.removesuffix(".gz").removesuffix(".jsonl")
+    if stem == "episodes":
+        return relative.parent.as_posix() if relative.parent != Path(".") else "episodes"
+    return (relative.parent / stem).as_posix()
+
+
+def discover(root: Path) -> list[RolloutSet]:
+    """Every episode log under ``root``, sorted by kind (:data:`KINDS`) then name; ``[]`` if ``root``
+    does not exist. See the module docstring for what is skipped and how a set is named and kinded."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found: dict[str, Path] = {}
+    for folder, dirs, files in os.walk(root):
+        # Pruned in place so os.walk never descends into 1000 bundles or model weights.
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
+        for file in sorted(files):
+            if file.startswith(".") or not file.endswith(LOG_SUFFIXES):
+                continue
+            path = Path(folder) / file
+            name = _set_name(path.relative_to(root))
+            if name in found and not found[name].name.endswith(".gz"):
+                continue  # the plain log already found is the newer copy
+            if _is_episode_log(path):
+                found[name] = path
+    sets = [RolloutSet(name=name, path=path, kind=(kind := _kind(name, path.parent)), label=_label(name, kind))
+            for name, path in found.items()]
+    return sorted(sets, key=lambda s: (KINDS.index(s.kind), s.name))
+
+
+# ----- reading, cached per file version -------------------------------------------------------------
+_Key = tuple[str, int, int]
+_cache: OrderedDict[_Key, tuple[tuple[EpisodeRecord, ...], tuple[LogProblem, ...]]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _load(path: Path) -> tuple[tuple[EpisodeRecord, ...], tuple[LogProblem, ...]]:
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        return (), (LogProblem(line=0, reason=f"cannot read the log: {exc}"),)
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    # Parsed outside the lock: a slow first read of one log must not block every other set. Two
+    # threads may both parse the same new version; the result is the same, one copy is kept.
+    problems: list[LogProblem] = []
+    try:
+        records = tuple(read_episodes(path, problems))
+    except OSError as exc:  # removed or unreadable between stat and open
+        return (), (LogProblem(line=0, reason=f"cannot read the log: {exc}"),)
+    entry = (records, tuple(problems))
+    with _lock:
+        for stale in [k for k in _cache if k[0] == key[0] and k != key]:
+            del _cache[stale]  # an older version of a growing log is never asked for again
+        _cache[key] = entry
+        _cache.move_to_end(key)
+        while len(_cache) > CACHE_ENTRIES:
+            _cache.popitem(last=False)
+    return entry
+
+
+def load_records(rollout_set: RolloutSet) -> list[EpisodeRecord]:
+    """The set's records in file order (every record: deduplication is the data layer's job). A file
+    that cannot be read gives ``[]`` and a problem from :func:`load_problems`."""
+    return list(_load(rollout_set.path)[0])
+
+
+def load_problems(rollout_set: RolloutSet) -> list[LogProblem]:
+    """The lines the reader skipped in the file's current version (torn, not JSON, other version)."""
+    return list(_load(rollout_set.path)[1])
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()

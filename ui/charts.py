@@ -1,0 +1,148 @@
+"""Plotly figures drawn from the tables of :mod:`ui.data`: DataFrame in, figure out, nothing else.
+
+Choices:
+
+* Every interval drawn is the 95% bootstrap interval computed in :mod:`ui.data`, as asymmetric error
+  bars: a rate near 0 or 1 has a lopsided interval and is drawn as such.
+* Colours: the Okabe-Ito palette (distinguishable with the common colour-vision deficiencies), keyed
+  by set name. :func:`set_colors` assigns it to a list of names in their sorted order; pass the same
+  mapping (built once from every set the page can show) as ``colors`` to every chart and a set keeps
+  its colour across charts and selections. Without ``colors`` a chart assigns colours to the sets it
+  draws, consistent only within that chart.
+* Rate metrics (:data:`ui.data.RATE_METRICS`) get a fixed 0-100% axis so charts compare at a glance;
+  reward and steps get an axis fitted to the data.
+* No data is never drawn as an empty axis that looks like zeros: every chart returns
+  :func:`empty_figure` with a message saying what is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ui.data import GROUP_LABELS, METRIC_LABELS, RATE_METRICS
+
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+"""Okabe & Ito (2008), blue first; yellow and black last (yellow is faint on white, black reads as text)."""
+TEMPLATE = "plotly_white"
+ZERO_LINE = "#555555"
+
+
+def set_colors(names: Iterable[str]) -> dict[str, str]:
+    """A colour per distinct name, in sorted-name order (cycling past eight sets)."""
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(set(names)))}
+
+
+def _colors(names: Iterable[str], colors: Mapping[str, str] | None) -> dict[str, str]:
+    names = list(dict.fromkeys(names))
+    own = set_colors(names)
+    return {name: (colors or {}).get(name, own[name]) for name in names}
+
+
+def _metric_label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, metric.replace("_", " "))
+
+
+def empty_figure(message: str) -> go.Figure:
+    """A figure with no data traces: only ``message``, centred, and no axes that could read as zeros."""
+    figure = go.Figure()
+    figure.update_layout(
+        template=TEMPLATE,
+        xaxis={"visible": False}, yaxis={"visible": False},
+        annotations=[{"text": message, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                      "showarrow": False, "font": {"size": 15}}],
+        height=320,
+    )
+    return figure
+
+
+def _value_axis(metric: str) -> dict:
+    if metric in RATE_METRICS:
+        return {"title": {"text": _metric_label(metric)}, "range": [0, 1.02], "tickformat": ".0%"}
+    return {"title": {"text": _metric_label(metric)}, "zeroline": True, "zerolinecolor": ZERO_LINE}
+
+
+def rate_chart(table: pd.DataFrame, *, by: str, metric: str, colors: Mapping[str, str] | None = None) -> go.Figure:
+    """Grouped bars from :func:`ui.data.rate_table`: one trace per set (named after it), one bar per
+    group, with the 95% bootstrap interval as asymmetric error bars."""
+    if table.empty:
+        return empty_figure(f"No graded episodes: no {_metric_label(metric).lower()} to show.")
+    palette = _colors(table["set"], colors)
+    value_format = ".1%" if metric in RATE_METRICS else "+.3f" if metric == "reward" else ".1f"
+    figure = go.Figure()
+    for set_name, rows in table.groupby("set", sort=False):
+        figure.add_trace(go.Bar(
+            name=str(set_name), x=rows["group"].astype(str), y=rows["mean"], marker_color=palette[set_name],
+            error_y={"type": "data", "symmetric": False, "array": (rows["high"] - rows["mean"]).tolist(),
+                     "arrayminus": (rows["mean"] - rows["low"]).tolist(), "thickness": 1.5, "width": 4},
+            customdata=rows[["low", "high", "n"]].to_numpy(),
+            hovertemplate=(f"<b>%{{fullData.name}}</b><br>%{{x}}: %{{y:{value_format}}}"
+                           f"<br>95% CI [%{{customdata[0]:{value_format}}}, %{{customdata[1]:{value_format}}}]"
+                           "<br>n = %{customdata[2]}<extra></extra>"),
+        ))
+    grouping = GROUP_LABELS.get(by, by.replace("_", " "))
+    title = _metric_label(metric) if by == "overall" else f"{_metric_label(metric)} by {grouping.lower()}"
+    figure.update_layout(
+        template=TEMPLATE, barmode="group",
+        title={"text": f"{title} <sup>(95% bootstrap CI)</sup>"},
+        xaxis={"title": {"text": "" if by == "overall" else grouping}, "type": "category"},
+        yaxis=_value_axis(metric), legend={"title": {"text": "Rollout set"}},
+    )
+    return figure
+
+
+def component_chart(long: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
+    """Box plots from :func:`ui.data.component_frame`: per reward component, one box per set, showing
+    how much each component added to or took from the reward across episodes."""
+    if long.empty:
+        return empty_figure("No graded episodes: no reward components to show.")
+    palette = _colors(long["set"], colors)
+    figure = go.Figure()
+    for set_name, rows in long.groupby("set", sort=False):
+        figure.add_trace(go.Box(name=str(set_name), x=rows["component"], y=rows["value"],
+                                marker_color=palette[set_name], boxmean=True))
+    figure.update_layout(
+        template=TEMPLATE, boxmode="group",
+        title={"text": "Reward components <sup>(contribution to the reward, per episode)</sup>"},
+        xaxis={"title": {"text": "Component"}, "type": "category"},
+        yaxis={"title": {"text": "Contribution"}, "zeroline": True, "zerolinecolor": ZERO_LINE},
+        legend={"title": {"text": "Rollout set"}},
+    )
+    return figure
+
+
+def delta_chart(table: pd.DataFrame, *, base: str, other: str, metric: str,
+                colors: Mapping[str, str] | None = None) -> go.Figure:
+    """A forest plot from :func:`ui.data.paired_delta_table`: per slice, the mean paired difference
+    (other - base) with its 95% bootstrap interval, and a line at zero (no difference)."""
+    if table.empty:
+        return empty_figure(f"No scenario has a graded episode in both {base} and {other}.")
+    color = _colors([other], colors)[other]
+    rate = metric in RATE_METRICS
+    value_format = "+.1%" if rate else "+.3f"
+    labels = [f"{s} (n={n})" for s, n in zip(table["slice"], table["n"])]
+    figure = go.Figure(go.Scatter(
+        name=f"{other} − {base}", x=table["delta"], y=labels, mode="markers",
+        marker={"color": color, "size": 9, "symbol": "diamond"},
+        error_x={"type": "data", "symmetric": False, "array": (table["high"] - table["delta"]).tolist(),
+                 "arrayminus": (table["delta"] - table["low"]).tolist(), "thickness": 1.5, "width": 4,
+                 "color": color},
+        customdata=table[["low", "high", "base", "other"]].to_numpy(),
+        hovertemplate=(f"%{{y}}<br>difference %{{x:{value_format}}}"
+                       f"<br>95% CI [%{{customdata[0]:{value_format}}}, %{{customdata[1]:{value_format}}}]"
+                       f"<br>{base}: %{{customdata[2]:.3f}}, {other}: %{{customdata[3]:.3f}}<extra></extra>"),
+    ))
+    figure.add_vline(x=0, line={"color": ZERO_LINE, "dash": "dash", "width": 1})
+    figure.update_layout(
+        template=TEMPLATE, showlegend=False,
+        title={"text": f"{other} − {base}: {_metric_label(metric).lower()} "
+                       "<sup>(paired on common scenarios, 95% bootstrap CI)</sup>"},
+        xaxis={"title": {"text": f"Difference in {_metric_label(metric).lower()} ({other} − {base})"},
+               **({"tickformat": "+.0%"} if rate else {})},
+        # Slices top to bottom in table order: overall first, as a forest plot reads.
+        yaxis={"title": {"text": ""}, "autorange": "reversed", "type": "category"},
+        height=max(320, 80 + 28 * len(table)),
+    )
+    return figure

@@ -1,0 +1,177 @@
+"""The Dashboard tab: charts drawn from the same artifacts the evaluation and training write.
+
+Every chart comes from episode logs through the two pure layers (:mod:`ui.data` turns records into
+DataFrames, :mod:`ui.charts` turns DataFrames into Plotly figures); this module only wires them:
+
+* a leaderboard of the chosen rollout sets (human play included), with solve and partial rates by
+  bug class, tier or domain, each with its 95% bootstrap interval;
+* the distribution of every reward component, per set;
+* any two sets compared on the scenarios both played (paired differences with intervals, overall,
+  by tier and by bug class);
+* a scenario browser over the cache manifest; choosing a row opens it in the Play tab;
+* the training-curve and failure-analysis panels, which say plainly that nothing is there until a
+  training run (Trackio database under ``artifacts/trackio``) or a failure analysis
+  (``artifacts/feedback``) exists.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from envcore.agents.evaluate import compare, scenario_domains
+from envcore.server.sessions import SessionHub
+from ui import artifact_sets, charts, data
+from ui.wiring import bind, outputs
+
+DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Domain": "domain"}
+RATE_METRICS = {"Full fix": "full_fix", "Partial fix": "partial", "Mean reward": "reward"}
+DELTA_METRICS = {"Reward": "reward", "Full fix": "full_fix"}
+ANY = "any"
+
+
+def training_panel(artifacts: Path) -> str:
+    found = sorted(p.name for p in (artifacts / "trackio").glob("*.db")) if (artifacts / "trackio").is_dir() else []
+    if not found:
+        return ("#### Training curves\n\nNo training run has been recorded yet: training curves (reward, reward "
+                "components and solve rates over steps) are drawn here from the Trackio database a training run "
+                "writes under `artifacts/trackio/`.")
+    return f"#### Training curves\n\nTrackio databases found: {', '.join(found)}."
+
+
+def failure_panel(artifacts: Path) -> str:
+    found = sorted((artifacts / "feedback").rglob("*.json")) if (artifacts / "feedback").is_dir() else []
+    if not found:
+        return ("#### Failure analysis\n\nNo failure analysis has been written yet: failure categories by bug "
+                "class, tier and agent, with example episodes, and the curriculum's sampling weights appear here "
+                "once an analysis exists under `artifacts/feedback/`.")
+    return f"#### Failure analysis\n\nAnalyses found: {', '.join(str(p.relative_to(artifacts)) for p in found)}."
+
+
+class DashboardController:
+    """The Dashboard tab's actions; each returns a dict of named outputs (see :func:`build`)."""
+
+    def __init__(self, hub: SessionHub, artifacts: Path) -> None:
+        self.artifacts = artifacts
+        self.cache = hub.runtime.cache
+        self.domains = scenario_domains(self.cache)
+        self.manifest = data.manifest_frame(self.cache.rows)
+        self._frames: dict[tuple[Any, ...], pd.DataFrame] = {}
+        self._lock = threading.Lock()
+
+    def rollout_sets(self) -> dict[str, artifact_sets.RolloutSet]:
+        return {s.name: s for s in artifact_sets.discover(self.artifacts)}
+
+    def frame(self, names: list[str] | None) -> pd.DataFrame:
+        """One row per episode of the chosen sets (cached until a log changes)."""
+        sets = self.rollout_sets()
+        chosen = {name: artifact_sets.load_records(sets[name]) for name in names or [] if name in sets}
+        key = tuple((name, id(records), len(records)) for name, records in chosen.items())
+        with self._lock:
+            frame = self._frames.get(key)
+        if frame is None:
+            frame = data.episode_frame(chosen, self.domains)
+            with self._lock:
+                if len(self._frames) > 16:
+                    self._frames.clear()
+                self._frames[key] = frame
+        return frame
+
+    # ----- actions -----------------------------------------------------------------------------
+    def refresh(self) -> dict[str, Any]:
+        sets = list(self.rollout_sets().values())
+        choices = [(s.label, s.name) for s in sets]
+        names = [s.name for s in sets]
+        base = next((s.name for s in sets if s.kind == "baseline"), names[0] if names else None)
+        other = next((s.name for s in sets if s.kind == "trained"),
+                     next((n for n in names if n != base and "oracle" not in n), None))
+        return {"sets": gr.update(choices=choices, value=names),
+                "base": gr.update(choices=choices, value=base), "other": gr.update(choices=choices, value=other),
+                "training": training_panel(self.artifacts), "failures": failure_panel(self.artifacts),
+                **self.draw(names, "Bug class", "Full fix"), **self.delta(names, base, other, "Reward")}
+
+    def draw(self, names: list[str] | None, dimension: str, metric: str) -> dict[str, Any]:
+        frame = self.frame(names)
+        by, measure = DIMENSIONS.get(dimension, "bug_class"), RATE_METRICS.get(metric, "full_fix")
+        return {
+            "leaderboard": data.set_summary(frame),
+            "rates": charts.rate_chart(data.rate_table(frame, by, measure), by=by, metric=measure),
+            "components": charts.component_chart(data.component_frame(frame)),
+        }
+
+    def delta(self, names: list[str] | None, base: str | None, other: str | None, metric: str) -> dict[str, Any]:
+        measure = DELTA_METRICS.get(metric, "reward")
+        if not base or not other or base == other:
+            message = "Pick two different rollout sets to compare."
+            return {"delta": charts.empty_figure(message), "delta_text": message}
+        frame = self.frame(sorted({base, other}))
+        table = data.paired_delta_table(frame, base, other, measure)
+        sets = self.rollout_sets()
+        result = compare(artifact_sets.load_records(sets[base]), artifact_sets.load_records(sets[other]))
+        d = result["reward_difference"]
+        text = (f"**{other}** against **{base}** on {result['scenarios']} scenarios both played: mean reward "
+                f"{result['other_mean_reward']:+.3f} vs {result['base_mean_reward']:+.3f}, difference {d['mean']:+.3f} "
+                f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95% paired bootstrap); full fixes "
+                f"{result['full_fix']['other']:.0f} vs {result['full_fix']['base']:.0f} "
+                f"(only {other}: {result['full_fix']['only_other']}, only {base}: {result['full_fix']['only_base']})."
+                if result["scenarios"] else f"{base} and {other} have no scenario in common.")
+        return {"delta": charts.delta_chart(table, base=base, other=other, metric=measure), "delta_text": text}
+
+    def scenarios(self, split: str, tier: str, bug_class: str, domain: str, text: str) -> dict[str, Any]:
+        frame = data.filter_manifest(self.manifest, split=split, tier=None if tier in (None, "", ANY) else int(tier),
+                                     bug_class=bug_class, domain=domain, text=text or None)
+        return {"browser": frame, "browser_count": f"{len(frame)} of {len(self.manifest)} scenarios"}
+
+
+def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
+    """Lay out the Dashboard tab (inside an open ``gr.Tab``); returns its components by name."""
+    ctrl = DashboardController(hub, artifacts)
+    manifest = ctrl.manifest
+    c: dict[str, Any] = {}
+    c["sets"] = gr.CheckboxGroup([], label="Rollout sets shown", elem_id="dash-sets")
+    c["leaderboard"] = gr.Dataframe(pd.DataFrame(), label="Leaderboard (oracle: validation only, not a competitor)",
+                                    elem_id="dash-leaderboard")
+    with gr.Row():
+        c["dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by")
+        c["metric"] = gr.Radio(list(RATE_METRICS), value="Full fix", label="Measure")
+    c["rates"] = gr.Plot(label="Rates by slice, with 95% bootstrap intervals", elem_id="dash-rates")
+    c["components"] = gr.Plot(label="Reward components", elem_id="dash-components")
+    gr.Markdown("#### Compare two sets")
+    with gr.Row():
+        c["base"] = gr.Dropdown([], label="Baseline set", elem_id="dash-base")
+        c["other"] = gr.Dropdown([], label="Compared set", elem_id="dash-other")
+        c["delta_metric"] = gr.Radio(list(DELTA_METRICS), value="Reward", label="Difference in")
+    c["delta_text"] = gr.Markdown("", elem_id="dash-delta-text")
+    c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta")
+    with gr.Row():
+        with gr.Column():
+            c["training"] = gr.Markdown(training_panel(artifacts), elem_id="dash-training")
+        with gr.Column():
+            c["failures"] = gr.Markdown(failure_panel(artifacts), elem_id="dash-failures")
+    gr.Markdown("#### Scenario browser (choose a row to play it)")
+    with gr.Row():
+        c["f_split"] = gr.Dropdown([ANY, "train", "val", "test"], value=ANY, label="Split")
+        c["f_tier"] = gr.Dropdown([ANY, "1", "2", "3"], value=ANY, label="Tier")
+        c["f_bug"] = gr.Dropdown([ANY, *sorted(manifest["bug_class"].unique())], value=ANY, label="Bug class")
+        c["f_domain"] = gr.Dropdown([ANY, *sorted(manifest["domain"].unique())], value=ANY, label="Domain")
+        c["f_text"] = gr.Textbox(label="Id prefix or title contains")
+    c["browser_count"] = gr.Markdown(f"{len(manifest)} of {len(manifest)} scenarios")
+    c["browser"] = gr.Dataframe(manifest, label="Scenarios in the cache", elem_id="dash-browser", max_height=420)
+
+    named = dict(c)
+    out = outputs({k: v for k, v in c.items()})
+    draw_inputs = [c["sets"], c["dimension"], c["metric"]]
+    for trigger in (c["sets"], c["dimension"], c["metric"]):
+        trigger.input(bind(ctrl.draw, named), draw_inputs, out)
+    delta_inputs = [c["sets"], c["base"], c["other"], c["delta_metric"]]
+    for trigger in (c["base"], c["other"], c["delta_metric"]):
+        trigger.input(bind(ctrl.delta, named), delta_inputs, out)
+    filters = [c["f_split"], c["f_tier"], c["f_bug"], c["f_domain"], c["f_text"]]
+    for trigger in filters:
+        trigger.input(bind(ctrl.scenarios, named), filters, out)
+    c["controller"] = ctrl
+    return c

@@ -1,0 +1,286 @@
+"""The Play tab: a person plays one episode by hand, with the agent's own tools.
+
+Every button is one tool of the registry sent through the session facade, so a human episode is
+stepped, budgeted, refused and graded exactly like an agent's, and is logged in the shared
+episode-log format as a human-eval result (``source`` ``human``). Opening a file is a ``read_file``
+step (the log shows what the player looked at); applying an edited file sends the ``apply_patch``
+diff between the file as the episode holds it and the editor's text; the diff, the visible tests and
+the submission are ``view_diff``, ``run_tests`` and ``submit``. Hidden probes are shown only after
+submit, from :meth:`~envcore.server.sessions.SessionHub.verdict`.
+
+:class:`PlayController` holds the actions (plain methods returning named outputs, see
+:mod:`ui.wiring`); :func:`build` lays out the components and binds them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from envcore.env.actions import A01Observation
+from envcore.env.environment import ResetError
+from envcore.patching import make_diff
+from envcore.server.sessions import SessionError, SessionHub, human_agent_id
+from ui import rollout_view
+from ui.wiring import UserError, bind, outputs
+
+ANY = "any"
+ANONYMOUS = "(anonymous)"
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+LOG_COLUMNS = ["step", "tool", "refused", "ms"]
+PROBE_COLUMNS = ["probe", "kind", "visible", "passed", "expected", "got"]
+NO_EPISODE = "No episode yet: pick a scenario (or leave everything on *any*) and press **New episode**."
+
+
+def _option(value: Any) -> str | None:
+    return None if value in (None, "", ANY) else str(value)
+
+
+class PlayController:
+    """The Play tab's actions; each returns a dict of named outputs (see :func:`build`)."""
+
+    def __init__(self, hub: SessionHub) -> None:
+        self.hub = hub
+
+    # ----- helpers -----------------------------------------------------------------------------
+    def _session(self, sid: str | None) -> str:
+        if not self.hub.has_episode(sid):
+            raise UserError("No episode is running in this tab (it may have expired): press New episode.")
+        return str(sid)
+
+    def _step(self, sid: str | None, action: dict[str, Any]) -> tuple[str, A01Observation]:
+        sid = self._session(sid)
+        try:
+            return sid, self.hub.step(sid, action)
+        except SessionError as exc:
+            raise UserError(str(exc)) from None
+
+    def status(self, sid: str, observation: A01Observation | None = None) -> str:
+        state = self.hub.state(sid)
+        parts = [f"Scenario `{state.scenario_id}`", f"step {state.step_count} of {state.max_steps}",
+                 f"phase **{state.phase}**"]
+        if state.invalid_actions:
+            parts.append(f"{state.invalid_actions} refused")
+        line = " · ".join(parts)
+        if observation is not None and observation.error:
+            line += f"\n\n⚠️ Refused: {observation.error}"
+        if state.done:
+            line += "\n\nThe episode is over: see **Submit** for the verdict, or start a new episode."
+        return line
+
+    def log(self, sid: str) -> pd.DataFrame:
+        history = self.hub.state(sid).history
+        return pd.DataFrame([{"step": h["step"], "tool": h["tool"], "refused": h.get("error") or "",
+                              "ms": round(h.get("elapsed_ms") or 0.0, 1)} for h in history], columns=LOG_COLUMNS)
+
+    def _after(self, sid: str, observation: A01Observation, **named: Any) -> dict[str, Any]:
+        if observation.error:
+            gr.Warning(f"Refused: {observation.error}")
+        return {"status": self.status(sid, observation), "log": self.log(sid), **named}
+
+    # ----- actions -----------------------------------------------------------------------------
+    def new_episode(self, sid: str | None, split: str, bug_class: str, tier: str, domain: str, scenario: str,
+                    seed: float | None, budget: float, nickname: str) -> dict[str, Any]:
+        try:
+            if not self.hub.is_open(sid):
+                sid = self.hub.open()
+            assert sid is not None
+            observation = self.hub.reset(
+                sid, seed=None if seed in (None, "") else int(seed), split=_option(split),
+                tier=None if _option(tier) is None else int(tier), bug_class=_option(bug_class),
+                domain=_option(domain), scenario=_option((scenario or "").strip()), max_steps=int(budget),
+                agent_id=human_agent_id(nickname, sid))
+        except (SessionError, ResetError) as exc:
+            raise UserError(str(exc)) from None
+        intro = observation.result or {}
+        users = [u["username"] for u in intro.get("users", [])]
+        return {
+            "sid": sid,
+            "task": task_markdown(intro),
+            "status": self.status(sid),
+            "log": self.log(sid),
+            "files": gr.update(choices=observation.files, value=None),
+            "editor": gr.update(value="", label="File (open one on the left)"),
+            "editing": "",
+            "as_user": gr.update(choices=[ANONYMOUS, *users], value=users[0] if users else ANONYMOUS),
+            "response": "",
+            "tests": pd.DataFrame(columns=PROBE_COLUMNS),
+            "diff": "",
+            "verdict": "",
+            "breakdown": rollout_view.breakdown_frame(None),
+            "probes": pd.DataFrame(columns=PROBE_COLUMNS),
+            "search_results": "",
+        }
+
+    def open_file(self, sid: str | None, path: str | None) -> dict[str, Any]:
+        if not path:
+            return {}
+        sid, observation = self._step(sid, {"tool": "read_file", "path": path})
+        content = (observation.result or {}).get("content")
+        if content is None:
+            return self._after(sid, observation)
+        return self._after(sid, observation, editor=gr.update(value=self.hub.current_file(sid, path) or content,
+                                                               label=path), editing=path)
+
+    def apply_edit(self, sid: str | None, path: str, text: str) -> dict[str, Any]:
+        sid = self._session(sid)
+        if not path:
+            raise UserError("Open a file first, edit it, then apply.")
+        current = self.hub.current_file(sid, path)
+        if current is None:
+            raise UserError(f"{path} is not a file of this app.")
+        if text and not text.endswith("\n") and current.endswith("\n"):
+            text += "\n"  # editors drop the final newline; keep the file's
+        diff = make_diff({path: current}, {path: text})
+        if not diff:
+            raise UserError("The editor holds the file as it is: nothing to apply.")
+        sid, observation = self._step(sid, {"tool": "apply_patch", "diff": diff})
+        return self._after(sid, observation)
+
+    def apply_diff(self, sid: str | None, diff: str) -> dict[str, Any]:
+        if not (diff or "").strip():
+            raise UserError("Paste a unified diff first (--- a/path, +++ b/path, @@ hunks).")
+        sid, observation = self._step(sid, {"tool": "apply_patch", "diff": diff})
+        named: dict[str, Any] = {}
+        if not observation.error and self.hub.state(sid).diff:
+            named["diff"] = self.hub.state(sid).diff
+        return self._after(sid, observation, **named)
+
+    def search(self, sid: str | None, query: str) -> dict[str, Any]:
+        if not (query or "").strip():
+            raise UserError("Type something to search for.")
+        sid, observation = self._step(sid, {"tool": "search_code", "query": query.strip()})
+        return self._after(sid, observation, search_results=observation.text)
+
+    def send_request(self, sid: str | None, method: str, path: str, as_user: str, body: str) -> dict[str, Any]:
+        action: dict[str, Any] = {"tool": "http_request", "method": method or "GET", "path": (path or "").strip()}
+        if as_user and as_user != ANONYMOUS:
+            action["as_user"] = as_user
+        if (body or "").strip():
+            try:
+                action["json_body"] = json.loads(body)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"The JSON body is not valid JSON: {exc}") from None
+        sid, observation = self._step(sid, action)
+        return self._after(sid, observation, response=response_text(observation))
+
+    def run_tests(self, sid: str | None) -> dict[str, Any]:
+        sid, observation = self._step(sid, {"tool": "run_tests"})
+        result = observation.result or {}
+        return self._after(sid, observation, tests=rollout_view.probe_frame(result, reveal_hidden=False))
+
+    def view_diff(self, sid: str | None) -> dict[str, Any]:
+        sid, observation = self._step(sid, {"tool": "view_diff"})
+        return self._after(sid, observation, diff=(observation.result or {}).get("diff") or "No changes yet.")
+
+    def submit(self, sid: str | None) -> dict[str, Any]:
+        sid, observation = self._step(sid, {"tool": "submit"})
+        verdict = self.hub.verdict(sid) or {}
+        return self._after(
+            sid, observation, verdict=observation.text,
+            breakdown=rollout_view.breakdown_frame(verdict.get("reward_breakdown") or observation.reward_breakdown),
+            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True),
+            diff=self.hub.state(sid).diff)
+
+
+def task_markdown(intro: dict[str, Any]) -> str:
+    users = intro.get("users", [])
+    table = ["| user | role | tenant |", "| --- | --- | --- |"] + [
+        f"| `{u['username']}` | {u['role']} | {u.get('tenant') or ''} |" for u in users]
+    return f"### Task\n\n{intro.get('task', '')}\n\n### Access policy\n\n{intro.get('policy', '')}\n\n" \
+           f"### Seeded users\n\n" + "\n".join(table)
+
+
+def response_text(observation: A01Observation) -> str:
+    result = observation.result
+    if result is None:
+        return observation.text
+    body = result.get("body", "")
+    try:
+        body = json.dumps(json.loads(body), indent=2)
+    except (json.JSONDecodeError, TypeError):
+        pass
+    note = f"\n({result['note']})" if result.get("note") else ""
+    return f"HTTP {result.get('status')}{' (truncated)' if result.get('body_truncated') else ''}{note}\n\n{body}"
+
+
+def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s: float) -> dict[str, Any]:
+    """Lay out the Play tab (inside an open ``gr.Tab``); returns its components by name."""
+    ctrl = PlayController(hub)
+    c: dict[str, Any] = {}
+    c["sid"] = gr.State(None, time_to_live=ttl_s, delete_callback=hub.close)
+    with gr.Row():
+        c["split"] = gr.Dropdown([ANY, "train", "val", "test"], value="test", label="Split")
+        c["bug_class"] = gr.Dropdown([ANY, *bug_classes], value=ANY, label="Bug class")
+        c["tier"] = gr.Dropdown([ANY, "1", "2", "3"], value=ANY, label="Tier")
+        c["domain"] = gr.Dropdown([ANY, *domains], value=ANY, label="Domain")
+    with gr.Row():
+        c["scenario"] = gr.Textbox(label="Scenario id or content hash (optional)", placeholder="e.g. 0082e596",
+                                   elem_id="play-scenario")
+        c["seed"] = gr.Number(None, label="Seed (optional; empty draws one)", precision=0, minimum=0)
+        c["budget"] = gr.Slider(10, 200, value=60, step=1, label="Step budget")
+        c["nickname"] = gr.Textbox(label="Your name (optional, recorded with the episode)", max_length=32)
+    c["new"] = gr.Button("New episode", variant="primary", elem_id="play-new")
+    c["status"] = gr.Markdown(NO_EPISODE, elem_id="play-status")
+    c["editing"] = gr.State("")
+    with gr.Tabs():
+        with gr.Tab("Task & policy"):
+            c["task"] = gr.Markdown("", elem_id="play-task")
+        with gr.Tab("Code"):
+            with gr.Row():
+                with gr.Column(scale=1, min_width=200):
+                    c["files"] = gr.Radio([], label="Files (opening one is a read_file step)", elem_id="play-files")
+                    c["query"] = gr.Textbox(label="Search the code", placeholder="e.g. owner_id")
+                    c["search"] = gr.Button("Search (search_code)")
+                with gr.Column(scale=3):
+                    c["editor"] = gr.Code("", language="python", interactive=True, lines=24, max_lines=40,
+                                          label="File (open one on the left)", elem_id="play-editor")
+                    c["apply"] = gr.Button("Apply edit (apply_patch)", variant="primary", elem_id="play-apply")
+                    c["search_results"] = gr.Code("", language=None, label="Search results", lines=3)
+            with gr.Accordion("Paste a unified diff instead", open=False):
+                c["patch"] = gr.Textbox(lines=10, label="Unified diff (--- a/path, +++ b/path, @@ hunks)")
+                c["apply_patch"] = gr.Button("Apply diff (apply_patch)")
+        with gr.Tab("HTTP"):
+            with gr.Row():
+                c["method"] = gr.Dropdown(list(METHODS), value="GET", label="Method", scale=1)
+                c["path"] = gr.Textbox("/", label="Path (with query string)", scale=3, elem_id="play-path")
+                c["as_user"] = gr.Dropdown([ANONYMOUS], value=ANONYMOUS, label="Send as", scale=2,
+                                           elem_id="play-as-user")
+            c["body"] = gr.Code("", language="json", interactive=True, lines=3, label="JSON body (optional)")
+            c["send"] = gr.Button("Send request (http_request)", variant="primary", elem_id="play-send")
+            c["response"] = gr.Code("", language=None, label="Response", lines=8, elem_id="play-response")
+        with gr.Tab("Tests & diff"):
+            with gr.Row():
+                c["run_tests"] = gr.Button("Run visible tests (run_tests)", elem_id="play-tests")
+                c["view_diff"] = gr.Button("View diff (view_diff)")
+            c["tests"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS), label="Visible probes", wrap=True)
+            c["diff"] = gr.Code("", language=None, label="Diff against the original app", lines=8)
+        with gr.Tab("Submit"):
+            c["submit"] = gr.Button("Submit (ends the episode; every probe runs)", variant="stop",
+                                    elem_id="play-submit")
+            c["verdict"] = gr.Markdown("", elem_id="play-verdict")
+            c["breakdown"] = gr.Dataframe(rollout_view.breakdown_frame(None), label="Reward breakdown",
+                                          elem_id="play-breakdown", wrap=True)
+            c["probes"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS),
+                                       label="Every probe (hidden ones revealed after submit)", wrap=True)
+    with gr.Accordion("Episode log", open=False):
+        c["log"] = gr.Dataframe(pd.DataFrame(columns=LOG_COLUMNS), label="Steps so far")
+
+    out = outputs({k: v for k, v in c.items() if k not in ("new", "search", "apply", "apply_patch", "send",
+                                                             "run_tests", "view_diff", "submit")})
+    named = {k: v for k, v in c.items()}
+    c["new"].click(bind(ctrl.new_episode, named), [c["sid"], c["split"], c["bug_class"], c["tier"], c["domain"],
+                                                    c["scenario"], c["seed"], c["budget"], c["nickname"]], out)
+    c["files"].input(bind(ctrl.open_file, named), [c["sid"], c["files"]], out)
+    c["apply"].click(bind(ctrl.apply_edit, named), [c["sid"], c["editing"], c["editor"]], out)
+    c["apply_patch"].click(bind(ctrl.apply_diff, named), [c["sid"], c["patch"]], out)
+    c["search"].click(bind(ctrl.search, named), [c["sid"], c["query"]], out)
+    c["send"].click(bind(ctrl.send_request, named), [c["sid"], c["method"], c["path"], c["as_user"], c["body"]], out)
+    c["run_tests"].click(bind(ctrl.run_tests, named), [c["sid"]], out)
+    c["view_diff"].click(bind(ctrl.view_diff, named), [c["sid"]], out)
+    c["submit"].click(bind(ctrl.submit, named), [c["sid"]], out)
+    c["controller"] = ctrl
+    return c

@@ -1,0 +1,241 @@
+"""One episode record turned into what the rollout viewer shows: a step at a time, the HTTP exchanges
+so far, the outcome, the reward breakdown and the probes. Pure functions of the record.
+
+Choices:
+
+* Steps are numbered as the log numbers them, 1..N; position 0 is the start of the episode. The task
+  text the agent saw at reset is not part of the episode log, so the start shows what the record
+  does know: scenario, bug class, tier, agent and step budget. :func:`step_view` clamps any index
+  into 0..N, so a slider or a stale index never raises.
+* A ``reply`` action (a language model's raw text) is shown as that text, not as JSON: that is what
+  the model wrote, format errors included. What it ran is read back from the observation's ``tool``,
+  and a request inside a reply is read with the environment's own reply parser, so the transcript
+  shows the exchange exactly as the environment understood it.
+* Text that came from an app or an agent goes into Markdown only inside code spans and fences long
+  enough not to be closed by backticks in it, so a response body cannot restyle or break the page.
+* Hidden probes are part of the server-side log; :func:`probe_frame` shows them unless asked not to
+  (a human who is still playing must not see them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from envcore.env.episode_log import EpisodeRecord, StepEntry
+from envcore.env.reply import parse_action_text
+
+BODY_CHARS = 300
+"""Response bodies in the transcript are cut to this many characters (the full body is in the step)."""
+BREAKDOWN_COLUMNS = ("component", "value", "measured", "detail")
+PROBE_COLUMNS = ("probe", "kind", "visible", "passed", "expected", "got", "failures")
+_PATCH_TOOLS = ("apply_patch", "edit_file")
+
+
+@dataclass(frozen=True)
+class StepView:
+    index: int
+    """0 for the start, 1..total for the steps."""
+    total: int
+    title: str
+    """``Step 3 of 12 · http_request``; ``reply → http_request`` when a model's reply ran a request."""
+    action_json: str
+    """The action as pretty JSON, or a ``reply``'s raw text; empty at the start."""
+    observation_text: str
+    error: str | None
+    transcript_markdown: str
+    """Every HTTP exchange up to and including this step, as Markdown."""
+    files_changed: list[str] = field(default_factory=list)
+    """Files this step changed (``apply_patch`` / ``edit_file``)."""
+
+
+def step_count(record: EpisodeRecord) -> int:
+    return len(record.steps)
+
+
+def _code(text: str) -> str:
+    """``text`` as an inline code span that no backtick inside it can close."""
+    text = " ".join(str(text).split())
+    ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _fence(text: str, language: str = "") -> str:
+    ticks = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{ticks}{language}\n{text}\n{ticks}"
+
+
+def _shorten(text: str, limit: int = BODY_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more characters)"
+
+
+def _ran_tool(entry: StepEntry) -> str | None:
+    """The tool the step ran: the observation says, which also covers a reply's parsed action."""
+    return entry.observation.get("tool") or entry.action.get("tool")
+
+
+def _request_of(entry: StepEntry) -> dict[str, Any] | None:
+    action = entry.action
+    if action.get("tool") == "http_request":
+        return action
+    if action.get("tool") == "reply" and entry.observation.get("tool") == "http_request":
+        parsed = parse_action_text(action.get("text", ""))
+        return parsed.action if parsed.action and parsed.action.get("tool") == "http_request" else None
+    return None
+
+
+def _exchange(entry: StepEntry) -> str | None:
+    if _ran_tool(entry) != "http_request":
+        return None
+    request = _request_of(entry) or {}
+    who = request.get("as_user") or "anonymous"
+    line = f"{str(request.get('method', 'GET')).upper()} {request.get('path', '?')} as {who}"
+    parts = [f"**Step {entry.step}** · {_code(line)}"]
+    if request.get("json_body") is not None:
+        parts.append(_fence(json.dumps(request["json_body"], indent=2, ensure_ascii=False), "json"))
+    result = entry.observation.get("result")
+    error = entry.observation.get("error")
+    if isinstance(result, dict) and result.get("status") is not None:
+        parts.append(f"→ **{result['status']}**")
+        body = str(result.get("body") or "")
+        if body.strip():
+            parts.append(_fence(_shorten(body)))
+    elif isinstance(result, dict):
+        parts.append(f"→ no response: {_code(result.get('error') or 'unknown error')}")
+    else:
+        parts.append(f"→ refused: {_code(error or 'no result')}")
+    return "\n\n".join(parts)
+
+
+def _transcript(record: EpisodeRecord, upto: int) -> str:
+    exchanges = [text for entry in record.steps[:upto] if (text := _exchange(entry))]
+    return "\n\n---\n\n".join(exchanges) if exchanges else "_No HTTP requests yet._"
+
+
+def _title(index: int, total: int, entry: StepEntry) -> str:
+    sent = entry.action.get("tool") or "?"
+    ran = entry.observation.get("tool")
+    tool = f"{sent} → {ran}" if sent == "reply" and ran and ran != "reply" else str(sent)
+    return f"Step {index} of {total} · {tool}"
+
+
+def _action_text(action: dict[str, Any]) -> str:
+    if action.get("tool") == "reply":
+        return str(action.get("text", ""))
+    return json.dumps(action, indent=2, ensure_ascii=False)
+
+
+def step_view(record: EpisodeRecord, index: int) -> StepView:
+    """What the viewer shows at ``index`` (clamped into 0..N; 0 is the start, see the module docstring)."""
+    total = step_count(record)
+    index = min(max(int(index), 0), total)
+    if index == 0:
+        text = (f"Scenario {record.scenario_id} · {record.bug_class} · tier {record.tier}\n"
+                f"Agent {record.agent_id} · budget {record.max_steps} steps · {total} taken\n\n"
+                "The task text the agent read at reset is not kept in the episode log; step through the "
+                "episode to see each action and what the environment answered.")
+        return StepView(index=0, total=total, title="Start", action_json="", observation_text=text, error=None,
+                        transcript_markdown=_transcript(record, 0), files_changed=[])
+    entry = record.steps[index - 1]
+    result = entry.observation.get("result")
+    changed = (list(result.get("changed_files") or [])
+               if _ran_tool(entry) in _PATCH_TOOLS and isinstance(result, dict) else [])
+    return StepView(
+        index=index, total=total, title=_title(index, total, entry), action_json=_action_text(entry.action),
+        observation_text=str(entry.observation.get("text") or ""), error=entry.observation.get("error"),
+        transcript_markdown=_transcript(record, index), files_changed=changed,
+    )
+
+
+def _resolution(record: EpisodeRecord) -> str | None:
+    return (record.reward_breakdown or {}).get("resolution") or (record.verification or {}).get("resolution")
+
+
+def _count(verification: dict[str, Any], kind: str) -> str:
+    counts = verification.get(kind) or {}
+    return f"{counts.get('passed', '?')}/{counts.get('total', '?')}"
+
+
+def outcome_markdown(record: EpisodeRecord) -> str:
+    """The episode's outcome, resolution, reward and probe counts, and who played what, as Markdown."""
+    resolution = _resolution(record)
+    reward = (f"{record.reward:+.3f}" if record.reward is not None
+              else "none (infrastructure error: not counted)" if record.outcome == "infrastructure_error" else "none")
+    lines = [f"**Outcome:** {record.outcome.replace('_', ' ')} · **resolution:** "
+             f"{resolution.upper() if resolution else 'not graded'} · **reward:** {reward}"]
+    verification = record.verification or {}
+    if any(verification.get(kind) for kind in ("security", "regression", "trap")):
+        lines.append(f"Exploits refused {_count(verification, 'security')} · legitimate use kept "
+                     f"{_count(verification, 'regression')} · traps respected {_count(verification, 'trap')}")
+    if verification.get("load_error"):
+        lines.append(f"The app did not load: {_code(_shorten(str(verification['load_error'])))}")
+    if verification.get("infrastructure_error"):
+        lines.append(f"Infrastructure error: {_code(_shorten(str(verification['infrastructure_error'])))}")
+    lines.append(f"Agent {_code(record.agent_id)} on scenario {_code(record.scenario_id)} "
+                 f"({record.bug_class}, tier {record.tier}) · {step_count(record)} of {record.max_steps} steps")
+    return "\n\n".join(lines)
+
+
+def breakdown_frame(reward_breakdown: dict[str, Any] | None) -> pd.DataFrame:
+    """The reward's components (:data:`BREAKDOWN_COLUMNS`); empty when there is no breakdown."""
+    rows = [{"component": c.get("name", ""), "value": float(c.get("value", float("nan"))),
+             "measured": float(c.get("measured", float("nan"))), "detail": c.get("detail", "")}
+            for c in (reward_breakdown or {}).get("components", [])]
+    return pd.DataFrame(rows, columns=list(BREAKDOWN_COLUMNS)).astype({"value": "float64", "measured": "float64"})
+
+
+def probe_frame(verification: dict[str, Any] | None, *, reveal_hidden: bool = True) -> pd.DataFrame:
+    """One row per probe of the verification (:data:`PROBE_COLUMNS`), in the verifier's order; hidden
+    probes left out unless ``reveal_hidden``. A probe's requests are joined with ``"; then "``."""
+    rows = []
+    for probe in (verification or {}).get("probes", []):
+        if not probe.get("visible", False) and not reveal_hidden:
+            continue
+        rows.append({
+            "probe": probe.get("probe_id", ""), "kind": probe.get("kind", ""),
+            "visible": bool(probe.get("visible", False)), "passed": bool(probe.get("passed", False)),
+            "expected": "; then ".join(map(str, probe.get("expected") or [])),
+            "got": "; then ".join(map(str, probe.get("got") or [])),
+            "failures": "; ".join(map(str, probe.get("failures") or [])),
+        })
+    return pd.DataFrame(rows, columns=list(PROBE_COLUMNS)).astype({"visible": "bool", "passed": "bool"})
+
+
+def _shown_record(records: Iterable[EpisodeRecord]) -> dict[str, EpisodeRecord]:
+    """Per scenario, the record the viewer shows: the last one that was not abandoned (the one the
+    dashboard counts), else the last abandoned one."""
+    chosen: dict[str, EpisodeRecord] = {}
+    for record in records:
+        kept = chosen.get(record.scenario_id)
+        if record.outcome != "abandoned" or kept is None or kept.outcome == "abandoned":
+            chosen[record.scenario_id] = record
+    return chosen
+
+
+def _badge(record: EpisodeRecord) -> str:
+    if record.outcome == "abandoned":
+        return "ABANDONED"
+    if record.reward is None:
+        return "ERROR"
+    return f"{(_resolution(record) or 'no').upper()} {record.reward:+.2f}"
+
+
+def scenario_choices(records: Iterable[EpisodeRecord]) -> list[tuple[str, str]]:
+    """(label, scenario_id) per scenario, sorted by id, labelled like
+    ``0082e596 · tier 3 · broken_authz_logic · FULL +0.99``. A scenario played more than once (a log
+    of several agents or sessions) appears once, with the record :func:`find_record` returns."""
+    shown = _shown_record(records)
+    return [(f"{sid[:8]} · tier {r.tier} · {r.bug_class} · {_badge(r)}", sid)
+            for sid, r in sorted(shown.items())]
+
+
+def find_record(records: Iterable[EpisodeRecord], scenario_id: str) -> EpisodeRecord | None:
+    """The record :func:`scenario_choices` labels ``scenario_id`` with; ``None`` if there is none."""
+    return _shown_record(r for r in records if r.scenario_id == scenario_id).get(scenario_id)
