@@ -136,7 +136,7 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
     c["leaderboard"] = gr.Dataframe(pd.DataFrame(), label="Leaderboard (oracle: validation only, not a competitor)",
                                     elem_id="dash-leaderboard")
     with gr.Row():
-        c["dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by")
+        c["dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by", elem_id="dash-dimension")
         c["metric"] = gr.Radio(list(RATE_METRICS), value="Full fix", label="Measure")
     c["rates"] = gr.Plot(label="Rates by slice, with 95% bootstrap intervals", elem_id="dash-rates")
     c["components"] = gr.Plot(label="Reward components", elem_id="dash-components")

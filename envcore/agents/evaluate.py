@@ -18,11 +18,12 @@ what separates a language model that cannot drive the tools from one that cannot
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from envcore.agents.rollouts import EpisodeSpec
 from envcore.env.episode_log import EpisodeRecord
@@ -72,15 +73,17 @@ def episode_metrics(record: EpisodeRecord) -> dict[str, float] | None:
 
 
 def bootstrap_ci(values: Sequence[float], *, seed: int = 0, samples: int = BOOTSTRAP_SAMPLES) -> tuple[float, float]:
-    """The 95% percentile-bootstrap interval of the mean of ``values``."""
+    """The 95% percentile-bootstrap interval of the mean of ``values`` (seeded: reproducible). The
+    resamples are drawn as one NumPy index matrix, so the dashboard can afford intervals on every
+    slice of every run on each click (2,000 resamples of 258 values: a few milliseconds)."""
     if not values:
         return (float("nan"), float("nan"))
     if len(values) == 1:
-        return (values[0], values[0])
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
-    return (means[int(0.025 * (samples - 1))], means[int(0.975 * (samples - 1))])
+        return (float(values[0]), float(values[0]))
+    data = np.asarray(values, dtype=float)
+    indices = np.random.default_rng(seed).integers(0, len(data), size=(samples, len(data)))
+    means = np.sort(data[indices].mean(axis=1))
+    return (float(means[int(0.025 * (samples - 1))]), float(means[int(0.975 * (samples - 1))]))
 
 
 def _stats(rows: list[dict[str, float]], seed: int) -> dict[str, Any]:

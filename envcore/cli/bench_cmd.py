@@ -72,6 +72,15 @@ def register(groups: argparse._SubParsersAction) -> None:
     lo.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
     lo.set_defaults(func=cmd_load)
 
+    u = cmds.add_parser("ui", help="the Space's cold start and the server-side time of each UI action",
+                        description="Cold start of `python app.py` to the first page served on / (median of "
+                        "--cold-runs fresh processes), then the server-side time of every UI action of the Play, "
+                        "Watch and Dashboard tabs (the handler Gradio calls plus the postprocessing of its "
+                        "outputs), --rounds times each on different scenarios: p50, p90 and max.")
+    u.add_argument("--cold-runs", type=int, default=3, help="fresh app.py processes to time (default 3; 0 skips)")
+    u.add_argument("--rounds", type=int, default=10, help="calls of each UI action (default 10; 0 skips)")
+    u.set_defaults(func=cmd_ui)
+
     r = cmds.add_parser("rollouts", help="rollout episodes/s of the heuristic agent with 1, 2, 4 sessions, local and remote",
                         description="Play the heuristic agent with each number of parallel --sessions, in process and "
                         "as WebSocket clients of --servers `python app.py` processes on loopback (sessions spread "
@@ -83,6 +92,12 @@ def register(groups: argparse._SubParsersAction) -> None:
     r.add_argument("--servers", type=int, default=2, help="server processes for the remote runs (default 2)")
     r.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
     r.set_defaults(func=cmd_rollouts)
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from ui.bench import main
+
+    return main(cold_runs=args.cold_runs, rounds=args.rounds)
 
 
 def cmd_factory(args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ from envcore.agents.base import Action, Agent
 from envcore.agents.catalog import LLMOptions, agent_factory
 from envcore.env.actions import A01Observation, A01State
 from envcore.env.environment import A01Environment, ResetError, Runtime
+from envcore.env.episode import DEFAULT_MAX_STEPS
 from envcore.env.episode_log import EpisodeLogger, EpisodeRecord
 
 DEFAULT_TTL_S = 900.0
@@ -99,7 +100,7 @@ class SessionHub:
         if ttl_s <= 0 or max_sessions < 1:
             raise ValueError("ttl_s must be positive and max_sessions at least 1")
         self.runtime = runtime
-        self.live_runtime = live_runtime or Runtime(sampler=runtime.sampler, max_steps=runtime.max_steps,
+        self.live_runtime = live_runtime or Runtime(sampler=runtime.sampler, max_steps=DEFAULT_MAX_STEPS,
                                                     source="live", parent=runtime)
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
@@ -121,6 +122,9 @@ class SessionHub:
         path = human_log if human_log is not None else os.environ.get("A01_HUMAN_LOG", str(DEFAULT_HUMAN_LOG))
         runtime = Runtime(sampler=server.sampler, logger=EpisodeLogger(path) if path else None,
                           max_steps=DEFAULT_HUMAN_MAX_STEPS, source="human", parent=server)
+        # Agents run live with the budget they are evaluated with, not the people's larger one.
+        options.setdefault("live_runtime", Runtime(sampler=server.sampler, max_steps=server.max_steps, source="live",
+                                                   parent=server))
         options.setdefault("ttl_s", float(os.environ.get("A01_UI_SESSION_TTL_S", DEFAULT_TTL_S)))
         options.setdefault("max_sessions", int(os.environ.get("A01_UI_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)))
         return cls(runtime, **options)

@@ -1,0 +1,247 @@
+"""The Space in a real browser: ``python app.py`` in its own process, Debian's Chromium driven by
+Playwright (``executable_path``, no downloaded browser).
+
+A person plays an episode by hand to a reward breakdown (opening a file, editing it in the code
+editor, sending a request as a seeded user, running the visible tests, submitting), two browsers
+at once get separate episodes, a rollout is opened and stepped through side by side with another
+set, an agent is run live, and the dashboard draws its charts. Screenshots are saved under
+``build/screenshots/`` (``A01_SCREENSHOT_DIR`` to change). Chromium must be installed (``apt-get
+install chromium``; ``.ci/run`` does it); set ``A01_BROWSER_TESTS=skip`` to leave these tests out
+knowingly on a machine without it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from envcore.cache import ScenarioCache
+from envcore.env.episode_log import read_episodes
+from envcore.patching import apply_patch
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("A01_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = Path(os.environ.get("A01_SCREENSHOT_DIR", ROOT / "build" / "screenshots"))
+SCENARIO = "04aac9fbaabf02ee"  # test split, tier 1, mass assignment; its reference fix edits one file
+TIMEOUT_MS = 30_000
+
+if os.environ.get("A01_BROWSER_TESTS") == "skip":
+    pytest.skip("browser tests left out (A01_BROWSER_TESTS=skip)", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("space") / "human.jsonl"
+    port = _free_port()
+    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False",
+           "A01_HUMAN_LOG": str(log)}
+    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 90
+    while True:
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "app.py did not serve its page within 90 s"
+        time.sleep(0.2)
+    yield {"url": url, "log": log}
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.fail(f"Chromium is not installed at {CHROMIUM}: apt-get install chromium "
+                    "(or set A01_BROWSER_TESTS=skip to leave the browser tests out)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(server["url"])
+    page.wait_for_selector("#play-new")
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def textbox(page, elem_id: str):
+    return page.locator(f"#{elem_id}").get_by_role("textbox")
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    """Pick ``option`` in the Gradio dropdown ``elem_id``."""
+    box = page.locator(f"#{elem_id}").get_by_role("combobox")
+    box.click()
+    page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option", name=option, exact=True).click()
+
+
+def new_episode(page, scenario: str) -> None:
+    textbox(page, "play-scenario").fill(scenario)
+    page.click("#play-new")
+    page.wait_for_function(
+        "s => document.querySelector('#play-status').innerText.includes(s)", arg=scenario)
+
+
+def status(page) -> str:
+    return page.locator("#play-status").inner_text()
+
+
+def wait_status(page, text: str) -> None:
+    page.wait_for_function("t => document.querySelector('#play-status').innerText.includes(t)", arg=text)
+
+
+def test_a_person_plays_an_episode_by_hand_to_a_reward_breakdown(page, server):
+    bundle = ScenarioCache.open(ROOT / "artifacts/scenarios/v1").load(SCENARIO)
+    fixed = apply_patch(bundle.files, bundle.reference_fix)
+    [path] = [p for p in fixed if fixed[p] != bundle.files[p]]
+
+    new_episode(page, SCENARIO)
+    assert "Access policy" in page.locator("#play-task").inner_text()
+
+    page.get_by_role("tab", name="Code").click()
+    page.locator("#play-files").get_by_label(path, exact=True).check()
+    wait_status(page, "step 1 of 60")
+    editor = page.locator("#play-editor .cm-content")
+    editor.wait_for()
+    page.wait_for_function("t => document.querySelector('#play-editor .cm-content').innerText.includes(t)",
+                           arg=bundle.files[path].splitlines()[0])
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(fixed[path])
+    page.click("#play-apply")
+    wait_status(page, "phase **patched**".replace("**", ""))
+
+    page.get_by_role("tab", name="HTTP").click()
+    textbox(page, "play-path").fill("/api/me")
+    user = bundle.users[0].username
+    choose(page, "play-as-user", user)
+    page.click("#play-send")
+    page.wait_for_function("() => document.querySelector('#play-response').innerText.includes('HTTP 200')")
+    assert user in page.locator("#play-response").inner_text()
+
+    page.get_by_role("tab", name="Tests & diff").click()
+    page.click("#play-tests")
+    wait_status(page, "step 4 of 60")
+
+    page.get_by_role("tab", name="Submit").click()
+    page.click("#play-submit")
+    page.wait_for_function("() => document.querySelector('#play-verdict').innerText.includes('Submitted')")
+    verdict = page.locator("#play-verdict").inner_text()
+    assert "FULL" in verdict, verdict
+    breakdown = page.locator("#play-breakdown").inner_text()
+    assert "security_blocked" in breakdown and "legit_use_broken" in breakdown
+    shot(page, "play-submitted")
+
+    records = [r for r in read_episodes(server["log"]) if r.scenario_id == SCENARIO and r.outcome == "submitted"]
+    assert records and records[-1].source == "human" and records[-1].agent_id.startswith("human:")
+    assert records[-1].reward_breakdown["resolution"] == "full"
+    assert [s.action["tool"] for s in records[-1].steps] == ["read_file", "apply_patch", "http_request",
+                                                             "run_tests", "submit"]
+
+
+def test_two_browser_sessions_play_separate_episodes(browser, server):
+    pages = []
+    for _ in range(2):
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(server["url"])
+        page.wait_for_selector("#play-new")
+        pages.append(page)
+    ids = ScenarioCache.open(ROOT / "artifacts/scenarios/v1").ids(split="test")
+    first, second = ids[0], ids[1]
+    new_episode(pages[0], first)
+    new_episode(pages[1], second)
+    pages[0].get_by_role("tab", name="Tests & diff").click()
+    pages[0].click("#play-tests")
+    wait_status(pages[0], "step 1 of 60")
+    pages[1].reload()
+    pages[1].wait_for_selector("#play-new")
+    new_episode(pages[1], second)
+    assert first in status(pages[0]) and "step 1 of 60" in status(pages[0])
+    assert second in status(pages[1]) and "step 0 of 60" in status(pages[1])
+    for index, page in enumerate(pages):
+        shot(page, f"two-sessions-{index + 1}")
+        page.context.close()
+
+
+def test_a_rollout_is_opened_and_stepped_through_side_by_side(page):
+    page.get_by_role("tab", name="Watch").click()
+    choose(page, "watch-left-set", "heuristic · evals/v1")
+    choose(page, "watch-right-set", "noop · evals/v1")
+    page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('heuristic')")
+    page.click("#watch-forward")
+    page.click("#watch-forward")
+    page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('Step 2')")
+    assert "heuristic" in page.locator("#watch-left-title").inner_text()
+    assert "noop" in page.locator("#watch-right-title").inner_text()
+    assert "tool" in page.locator("#watch-left-action").inner_text()
+    page.click("#watch-back")
+    page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('Step 1')")
+    shot(page, "watch-side-by-side")
+
+    page.get_by_text("Run an agent live on this scenario").click()
+    choose(page, "watch-live-agent", "heuristic")
+    page.click("#watch-live-start")
+    page.wait_for_function("() => document.querySelector('#watch-live-title').innerText.includes('heuristic')")
+    page.click("#watch-live-step")
+    page.wait_for_function("() => document.querySelector('#watch-live-title').innerText.includes('Step 1')")
+    page.click("#watch-live-run")
+    page.wait_for_function("() => /reward/i.test(document.querySelector('#watch-live-outcome').innerText)")
+    shot(page, "watch-live")
+
+
+def test_the_dashboard_draws_its_charts(page):
+    page.get_by_role("tab", name="Dashboard").click()
+    for elem_id in ("dash-rates", "dash-components", "dash-delta"):
+        page.wait_for_selector(f"#{elem_id} .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
+    bars = page.locator("#dash-rates .js-plotly-plot .trace.bars")
+    assert bars.count() >= 5  # one trace per rollout set
+    leaderboard = page.locator("#dash-leaderboard").inner_text()
+    assert "heuristic" in leaderboard and "oracle" in leaderboard
+    assert "No training run has been recorded yet" in page.locator("#dash-training").inner_text()
+    page.locator("#dash-dimension").get_by_label("Tier").check()
+    page.wait_for_function("() => /by tier/i.test(document.querySelector('#dash-rates').textContent)")
+    shot(page, "dashboard")
