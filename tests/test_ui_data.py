@@ -469,3 +469,15 @@ def test_ui_modules_import_neither_gradio_nor_the_sandbox():
              "; print([m for m in sys.modules if m.startswith(('envcore.sandbox', 'envcore.runner', 'envcore.verifier'))])")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_leaderboard_is_shown_as_people_read_it():
+    summary = pd.DataFrame([{"set": "a", "episodes": 4, "graded": 4, "full_fix": 0.25, "partial": 0.5,
+                             "reward": 0.1234, "steps": 7.25, "invalid_rate": 0.0},
+                            {"set": "b", "episodes": 1, "graded": 0, "full_fix": float("nan"),
+                             "partial": float("nan"), "reward": float("nan"), "steps": float("nan"),
+                             "invalid_rate": float("nan")}])
+    shown = data.leaderboard_display(summary)
+    assert shown.iloc[0].to_dict() == {"set": "a", "episodes": 4, "graded": 4, "full fix": "25%", "partial": "50%",
+                                       "mean reward": "+0.123", "steps": "7.2", "invalid steps": "0%"}
+    assert shown.iloc[1]["full fix"] == "" and shown.iloc[1]["mean reward"] == ""

@@ -97,11 +97,16 @@ class DashboardController:
     def draw(self, names: list[str] | None, dimension: str, metric: str) -> dict[str, Any]:
         frame = self.frame(names)
         by, measure = DIMENSIONS.get(dimension, "bug_class"), RATE_METRICS.get(metric, "full_fix")
+        colors = self.colors()
         return {
-            "leaderboard": data.set_summary(frame),
-            "rates": charts.rate_chart(data.rate_table(frame, by, measure), by=by, metric=measure),
-            "components": charts.component_chart(data.component_frame(frame)),
+            "leaderboard": data.leaderboard_display(data.set_summary(frame)),
+            "rates": charts.rate_chart(data.rate_table(frame, by, measure), by=by, metric=measure, colors=colors),
+            "components": charts.component_chart(data.component_frame(frame), colors=colors),
         }
+
+    def colors(self) -> dict[str, str]:
+        """One colour per rollout set, the same in every chart whichever sets are shown."""
+        return charts.set_colors(self.rollout_sets())
 
     def delta(self, names: list[str] | None, base: str | None, other: str | None, metric: str) -> dict[str, Any]:
         measure = DELTA_METRICS.get(metric, "reward")
@@ -119,7 +124,8 @@ class DashboardController:
                 f"{result['full_fix']['other']:.0f} vs {result['full_fix']['base']:.0f} "
                 f"(only {other}: {result['full_fix']['only_other']}, only {base}: {result['full_fix']['only_base']})."
                 if result["scenarios"] else f"{base} and {other} have no scenario in common.")
-        return {"delta": charts.delta_chart(table, base=base, other=other, metric=measure), "delta_text": text}
+        return {"delta": charts.delta_chart(table, base=base, other=other, metric=measure, colors=self.colors()),
+                "delta_text": text}
 
     def scenarios(self, split: str, tier: str, bug_class: str, domain: str, text: str) -> dict[str, Any]:
         frame = data.filter_manifest(self.manifest, split=split, tier=None if tier in (None, "", ANY) else int(tier),

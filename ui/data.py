@@ -230,3 +230,21 @@ def set_summary(frame: pd.DataFrame) -> pd.DataFrame:
         return _empty(SUMMARY_COLUMNS, {"episodes": "int64", "graded": "int64",
                                         **{m: "float64" for m in SUMMARY_COLUMNS[3:]}})
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+
+
+def leaderboard_display(summary: pd.DataFrame) -> pd.DataFrame:
+    """:func:`set_summary` as people read it: rates as percentages, reward with three decimals and a
+    sign, steps with one decimal, and readable headers (the numbers stay in :func:`set_summary`)."""
+    def percent(value: float) -> str:
+        return "" if math.isnan(value) else f"{value:.0%}"
+
+    return pd.DataFrame({
+        "set": summary["set"],
+        "episodes": summary["episodes"],
+        "graded": summary["graded"],
+        "full fix": [percent(v) for v in summary["full_fix"]],
+        "partial": [percent(v) for v in summary["partial"]],
+        "mean reward": ["" if math.isnan(v) else f"{v:+.3f}" for v in summary["reward"]],
+        "steps": ["" if math.isnan(v) else f"{v:.1f}" for v in summary["steps"]],
+        "invalid steps": [percent(v) for v in summary["invalid_rate"]],
+    })

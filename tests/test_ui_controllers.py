@@ -1,0 +1,150 @@
+"""The tabs' controllers without a browser: what each UI action does with good and bad input.
+
+Bad input gets a clear message (a :class:`~ui.wiring.UserError`, shown as a toast) and loses nothing:
+no step is spent, no file changes. Environment refusals (an oversized patch, a path outside the
+app) come back as refused steps, exactly as they would for an agent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from envcore.env.environment import Runtime
+from envcore.env.episode_log import EpisodeLogger
+from envcore.env.sampler import CurriculumSampler
+from envcore.server.sessions import SessionHub
+from ui import dashboard_tab, play_tab, watch_tab
+from ui.wiring import UserError, bind
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+SCENARIO = "04aac9fbaabf02ee"
+
+
+@pytest.fixture(scope="module")
+def hub(shipped, sandbox, tmp_path_factory):
+    server = Runtime(sampler=CurriculumSampler(shipped), sandbox=sandbox)
+    human = Runtime(sampler=server.sampler, source="human", max_steps=40, parent=server,
+                    logger=EpisodeLogger(tmp_path_factory.mktemp("ui") / "human.jsonl"))
+    hub = SessionHub(human, ttl_s=600, max_sessions=8, sweep_every_s=0)
+    yield hub
+    hub.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tabs(hub):
+    with gr.Blocks():
+        play = play_tab.build(hub, bug_classes=[], domains=[], ttl_s=600)
+        watch = watch_tab.build(hub, ARTIFACTS, ttl_s=600)
+        dash = dashboard_tab.build(hub, ARTIFACTS)
+    return {"play": play, "watch": watch, "dashboard": dash}
+
+
+@pytest.fixture
+def episode(tabs):
+    ctrl = tabs["play"]["controller"]
+    out = ctrl.new_episode(None, "any", "any", "any", "any", SCENARIO, None, 40, "tester")
+    return ctrl, out["sid"]
+
+
+def steps(ctrl, sid) -> int:
+    return ctrl.hub.state(sid).step_count
+
+
+def test_every_named_output_of_a_controller_has_a_component(tabs, episode):
+    ctrl, sid = episode
+    components = {k: v for k, v in tabs["play"].items() if k != "controller"}
+    handler = bind(ctrl.view_diff, components)
+    assert set(handler(sid)) <= set(components.values())
+
+
+def test_actions_without_an_episode_say_so_and_spend_nothing(tabs):
+    ctrl = tabs["play"]["controller"]
+    for call in (lambda: ctrl.run_tests(None), lambda: ctrl.submit("forged-session-id"),
+                 lambda: ctrl.open_file(None, "app.py")):
+        with pytest.raises(UserError, match="New episode"):
+            call()
+
+
+def test_a_bad_scenario_or_filter_is_a_message_not_a_crash(tabs):
+    ctrl = tabs["play"]["controller"]
+    with pytest.raises(UserError, match="hexadecimal"):
+        ctrl.new_episode(None, "any", "any", "any", "any", "'; drop table --", None, 40, "")
+    with pytest.raises(UserError, match="no scenario in domain"):
+        ctrl.new_episode(None, "any", "any", "any", "atlantis", "", None, 40, "")
+
+
+def test_an_unchanged_editor_and_an_invalid_json_body_spend_no_step(episode):
+    ctrl, sid = episode
+    path = next(f for f in _files(ctrl, sid) if f.endswith(".py"))
+    ctrl.open_file(sid, path)
+    before = steps(ctrl, sid)
+    with pytest.raises(UserError, match="nothing to apply"):
+        ctrl.apply_edit(sid, path, ctrl.hub.current_file(sid, path))
+    with pytest.raises(UserError, match="not valid JSON"):
+        ctrl.send_request(sid, "POST", "/api/me", "(anonymous)", "{not json")
+    with pytest.raises(UserError, match="Open a file first"):
+        ctrl.apply_edit(sid, "", "x")
+    with pytest.raises(UserError, match="not a file of this app"):
+        ctrl.apply_edit(sid, "../../etc/passwd", "x")
+    assert steps(ctrl, sid) == before
+
+
+def _files(ctrl, sid) -> list[str]:
+    observation = ctrl.hub.step(sid, {"tool": "list_files"})
+    return [entry["path"] for entry in observation.result["files"]]
+
+
+def test_an_oversized_edit_is_refused_by_the_environment_and_changes_nothing(episode):
+    ctrl, sid = episode
+    path = next(f for f in _files(ctrl, sid) if f.endswith(".py"))
+    original = ctrl.hub.current_file(sid, path)
+    out = ctrl.apply_edit(sid, path, original + "# x\n" * 200_000)
+    assert "Refused" in out["status"] and ctrl.hub.current_file(sid, path) == original
+    assert ctrl.hub.state(sid).diff == ""
+
+
+def test_an_edited_file_becomes_one_apply_patch_step(episode):
+    ctrl, sid = episode
+    path = next(f for f in _files(ctrl, sid) if f.endswith(".py"))
+    edited = ctrl.hub.current_file(sid, path).rstrip("\n") + "\n# reviewed"  # editors drop the last newline
+    ctrl.apply_edit(sid, path, edited)
+    record = ctrl.hub.record(sid)
+    assert record.steps[-1].action["tool"] == "apply_patch"
+    assert ctrl.hub.current_file(sid, path).endswith("# reviewed\n")
+    assert "+# reviewed" in ctrl.view_diff(sid)["diff"]
+
+
+def test_visible_tests_show_visible_probes_and_submit_reveals_the_hidden_ones(episode):
+    ctrl, sid = episode
+    tests = ctrl.run_tests(sid)["tests"]
+    assert len(tests) and tests["visible"].all()
+    out = ctrl.submit(sid)
+    assert "Submitted" in out["verdict"]
+    assert (~out["probes"]["visible"].astype(bool)).any()
+    assert set(out["breakdown"]["component"]) >= {"security_blocked", "legit_use_broken", "steps_used"}
+    again = ctrl.submit(sid)  # the environment refuses: the episode is over
+    assert "Refused" in again["status"] and "over" in again["status"]
+
+
+def test_the_watch_tab_clamps_steps_and_refuses_unknown_sets(tabs):
+    ctrl = tabs["watch"]["controller"]
+    left = next(name for _, name in ctrl.set_choices() if name.endswith("heuristic"))
+    scenario = next(iter(ctrl.records(left)))
+    total = len(ctrl.records(left)[scenario].steps)
+    assert ctrl.show(left, "", scenario, 10_000)["index"]["value"] == total
+    assert ctrl.step_back(left, "", scenario, 0)["index"]["value"] == 0
+    with pytest.raises(UserError, match="no rollout set"):
+        ctrl.pick_sets("../../etc", "")
+
+
+def test_the_dashboard_compares_only_two_different_sets(tabs):
+    ctrl = tabs["dashboard"]["controller"]
+    out = ctrl.delta([], "evals/v1/noop", "evals/v1/noop", "Reward")
+    assert out["delta_text"] == "Pick two different rollout sets to compare."
+    assert not out["delta"].data
+    out = ctrl.delta([], "evals/v1/noop", "evals/v1/heuristic", "Reward")
+    assert "258 scenarios both played" in out["delta_text"] and out["delta"].data
