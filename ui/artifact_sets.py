@@ -176,6 +176,16 @@ def load_records(rollout_set: RolloutSet) -> list[EpisodeRecord]:
     return list(_load(rollout_set.path)[0])
 
 
+def file_version(rollout_set: RolloutSet) -> tuple[int, int] | None:
+    """``(mtime_ns, size)`` of the set's log, what its cached records are keyed by (``None``: missing).
+    Callers key their own derived tables (DataFrames, per-scenario indexes) by it too."""
+    try:
+        stat = rollout_set.path.stat()
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
+
+
 def load_problems(rollout_set: RolloutSet) -> list[LogProblem]:
     """The lines the reader skipped in the file's current version (torn, not JSON, other version)."""
     return list(_load(rollout_set.path)[1])

@@ -26,7 +26,14 @@ from ui.data import GROUP_LABELS, METRIC_LABELS, RATE_METRICS
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 """Okabe & Ito (2008), blue first; yellow and black last (yellow is faint on white, black reads as text)."""
-TEMPLATE = "plotly_white"
+_AXIS = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "automargin": True,
+         "ticks": ""}
+TEMPLATE = go.layout.Template(layout={
+    "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"color": "#2a3f5f"}, "hoverlabel": {"align": "left"},
+    "xaxis": _AXIS, "yaxis": _AXIS, "title": {"x": 0.05},
+})
+"""plotly_white's look, spelled out: the named template is deep-copied on every figure (~15 ms each),
+which alone would cost the dashboard a tenth of its time budget per click."""
 ZERO_LINE = "#555555"
 
 

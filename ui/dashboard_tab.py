@@ -69,12 +69,12 @@ class DashboardController:
     def frame(self, names: list[str] | None) -> pd.DataFrame:
         """One row per episode of the chosen sets (cached until a log changes)."""
         sets = self.rollout_sets()
-        chosen = {name: artifact_sets.load_records(sets[name]) for name in names or [] if name in sets}
-        key = tuple((name, id(records), len(records)) for name, records in chosen.items())
+        chosen = [sets[name] for name in names or [] if name in sets]
+        key = tuple((s.name, artifact_sets.file_version(s)) for s in chosen)
         with self._lock:
             frame = self._frames.get(key)
         if frame is None:
-            frame = data.episode_frame(chosen, self.domains)
+            frame = data.episode_frame({s.name: artifact_sets.load_records(s) for s in chosen}, self.domains)
             with self._lock:
                 if len(self._frames) > 16:
                     self._frames.clear()

@@ -37,7 +37,7 @@ class WatchController:
     def __init__(self, hub: SessionHub, artifacts: Path) -> None:
         self.hub = hub
         self.artifacts = artifacts
-        self._by_scenario: dict[tuple[str, int], dict[str, EpisodeRecord]] = {}
+        self._by_scenario: dict[tuple[str, Any], dict[str, EpisodeRecord]] = {}
         self._lock = threading.Lock()
 
     # ----- rollout sets ------------------------------------------------------------------------
@@ -54,13 +54,12 @@ class WatchController:
         rollout_set = self.rollout_sets().get(name)
         if rollout_set is None:
             raise UserError(f"no rollout set {name!r} under {self.artifacts}")
-        records = artifact_sets.load_records(rollout_set)
-        key = (name, id(records))
+        key = (name, artifact_sets.file_version(rollout_set))
         with self._lock:
             table = self._by_scenario.get(key)
             if table is None:
                 table = {}
-                for record in records:
+                for record in artifact_sets.load_records(rollout_set):
                     if record.outcome != "abandoned" or record.scenario_id not in table:
                         table[record.scenario_id] = record
                 self._by_scenario = {k: v for k, v in self._by_scenario.items() if k[0] != name}
