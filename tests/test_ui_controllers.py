@@ -148,3 +148,17 @@ def test_the_dashboard_compares_only_two_different_sets(tabs):
     assert not out["delta"].data
     out = ctrl.delta([], "evals/v1/noop", "evals/v1/heuristic", "Reward")
     assert "258 scenarios both played" in out["delta_text"] and out["delta"].data
+
+
+@pytest.mark.parametrize("sets, expected, description", [
+    ([("evals/v1/noop", "baseline"), ("evals/v1/heuristic", "baseline"), ("evals/v1/oracle", "validation")],
+     ("evals/v1/noop", "evals/v1/heuristic"), "no trained set: the heuristic against doing nothing"),
+    ([("training/tiny", "trained"), ("evals/v1/heuristic", "baseline"), ("evals/v1/noop", "baseline")],
+     ("evals/v1/heuristic", "training/tiny"), "a trained set against the heuristic"),
+    ([("evals/v1/oracle", "validation")], (None, None), "the oracle is never a competitor"),
+])
+def test_the_dashboard_first_compares_the_most_telling_pair(sets, expected, description):
+    from ui.artifact_sets import RolloutSet
+
+    rollout_sets = [RolloutSet(name, Path(name), kind, name) for name, kind in sets]
+    assert dashboard_tab.default_pair(rollout_sets) == expected, description

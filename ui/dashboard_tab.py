@@ -52,6 +52,20 @@ def failure_panel(artifacts: Path) -> str:
     return f"#### Failure analysis\n\nAnalyses found: {', '.join(str(p.relative_to(artifacts)) for p in found)}."
 
 
+def default_pair(sets: list[artifact_sets.RolloutSet]) -> tuple[str | None, str | None]:
+    """What to compare first: a trained set against the heuristic baseline when one exists, otherwise
+    the heuristic against doing nothing; failing those, the first two competitors (never the oracle)."""
+    competitors = [s for s in sets if s.kind != "validation"]
+    by_agent = {s.name.rsplit("/", 1)[-1]: s.name for s in competitors}
+    trained = next((s.name for s in competitors if s.kind == "trained"), None)
+    if trained:
+        return by_agent.get("heuristic") or next((s.name for s in competitors if s.name != trained), None), trained
+    if "heuristic" in by_agent and "noop" in by_agent:
+        return by_agent["noop"], by_agent["heuristic"]
+    names = [s.name for s in competitors]
+    return (names[0] if names else None), (names[1] if len(names) > 1 else None)
+
+
 class DashboardController:
     """The Dashboard tab's actions; each returns a dict of named outputs (see :func:`build`)."""
 
@@ -86,9 +100,7 @@ class DashboardController:
         sets = list(self.rollout_sets().values())
         choices = [(s.label, s.name) for s in sets]
         names = [s.name for s in sets]
-        base = next((s.name for s in sets if s.kind == "baseline"), names[0] if names else None)
-        other = next((s.name for s in sets if s.kind == "trained"),
-                     next((n for n in names if n != base and "oracle" not in n), None))
+        base, other = default_pair(sets)
         return {"sets": gr.update(choices=choices, value=names),
                 "base": gr.update(choices=choices, value=base), "other": gr.update(choices=choices, value=other),
                 "training": training_panel(self.artifacts), "failures": failure_panel(self.artifacts),
