@@ -47,7 +47,8 @@ def tabs(hub):
 def episode(tabs):
     ctrl = tabs["play"]["controller"]
     out = ctrl.new_episode(None, "any", "any", "any", "any", SCENARIO, None, 40, "tester")
-    return ctrl, out["sid"]
+    yield ctrl, out["sid"]
+    ctrl.hub.close(out["sid"])
 
 
 def steps(ctrl, sid) -> int:
@@ -162,3 +163,21 @@ def test_the_dashboard_first_compares_the_most_telling_pair(sets, expected, desc
 
     rollout_sets = [RolloutSet(name, Path(name), kind, name) for name, kind in sets]
     assert dashboard_tab.default_pair(rollout_sets) == expected, description
+
+
+def test_an_empty_seed_draws_a_scenario_and_a_bad_seed_is_refused(tabs):
+    ctrl = tabs["play"]["controller"]
+    sid = None
+    drawn = set()
+    for _ in range(6):
+        sid = ctrl.new_episode(sid, "any", "any", "any", "any", "", "", 40, "")["sid"]
+        drawn.add(ctrl.hub.state(sid).scenario_id)
+    assert len(drawn) > 1  # an empty seed is not seed 0 every time
+    ctrl.new_episode(sid, "test", "any", "any", "any", "", "7", 40, "")
+    first = ctrl.hub.state(sid).scenario_id
+    ctrl.new_episode(sid, "test", "any", "any", "any", "", 7, 40, "")
+    assert ctrl.hub.state(sid).scenario_id == first
+    for bad in ("-1", "1.5", "seven", "9" * 30):
+        with pytest.raises(UserError, match="non-negative integer"):
+            ctrl.new_episode(sid, "any", "any", "any", "any", "", bad, 40, "")
+    ctrl.hub.close(sid)

@@ -31,12 +31,23 @@ ANY = "any"
 ANONYMOUS = "(anonymous)"
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 LOG_COLUMNS = ["step", "tool", "refused", "ms"]
-PROBE_COLUMNS = ["probe", "kind", "visible", "passed", "expected", "got"]
+PROBE_COLUMNS = list(rollout_view.PROBE_COLUMNS)
+PROBE_WIDTHS = ["7%", "9%", "6%", "6%", "30%", "26%", "16%"]
 NO_EPISODE = "No episode yet: pick a scenario (or leave everything on *any*) and press **New episode**."
 
 
 def _option(value: Any) -> str | None:
     return None if value in (None, "", ANY) else str(value)
+
+
+def _seed(value: Any) -> int | None:
+    """The seed box's text: empty draws a seed; anything else must be a non-negative integer."""
+    text = str(value).strip() if value is not None else ""
+    if not text:
+        return None
+    if not text.isdigit() or len(text) > 18:
+        raise UserError(f"The seed must be a non-negative integer (or empty to draw one), not {text[:20]!r}.")
+    return int(text)
 
 
 class PlayController:
@@ -83,13 +94,14 @@ class PlayController:
 
     # ----- actions -----------------------------------------------------------------------------
     def new_episode(self, sid: str | None, split: str, bug_class: str, tier: str, domain: str, scenario: str,
-                    seed: float | None, budget: float, nickname: str) -> dict[str, Any]:
+                    seed: str | int | None, budget: float, nickname: str) -> dict[str, Any]:
+        seed = _seed(seed)
         try:
             if not self.hub.is_open(sid):
                 sid = self.hub.open()
             assert sid is not None
             observation = self.hub.reset(
-                sid, seed=None if seed in (None, "") else int(seed), split=_option(split),
+                sid, seed=seed, split=_option(split),
                 tier=None if _option(tier) is None else int(tier), bug_class=_option(bug_class),
                 domain=_option(domain), scenario=_option((scenario or "").strip()), max_steps=int(budget),
                 agent_id=human_agent_id(nickname, sid))
@@ -220,7 +232,7 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
     with gr.Row():
         c["scenario"] = gr.Textbox(label="Scenario id or content hash (optional)", placeholder="e.g. 0082e596",
                                    elem_id="play-scenario")
-        c["seed"] = gr.Number(None, label="Seed (optional; empty draws one)", precision=0, minimum=0)
+        c["seed"] = gr.Textbox(label="Seed (optional; empty draws one)", placeholder="e.g. 7", max_length=18)
         c["budget"] = gr.Slider(10, 200, value=60, step=1, label="Step budget")
         c["nickname"] = gr.Textbox(label="Your name (optional, recorded with the episode)", max_length=32)
     c["new"] = gr.Button("New episode", variant="primary", elem_id="play-new")
@@ -256,7 +268,8 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
             with gr.Row():
                 c["run_tests"] = gr.Button("Run visible tests (run_tests)", elem_id="play-tests")
                 c["view_diff"] = gr.Button("View diff (view_diff)")
-            c["tests"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS), label="Visible probes", wrap=True)
+            c["tests"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS), label="Visible probes", wrap=True,
+                                      column_widths=PROBE_WIDTHS)
             c["diff"] = gr.Code("", language=None, label="Diff against the original app", lines=8)
         with gr.Tab("Submit"):
             c["submit"] = gr.Button("Submit (ends the episode; every probe runs)", variant="stop",
@@ -264,7 +277,7 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
             c["verdict"] = gr.Markdown("", elem_id="play-verdict")
             c["breakdown"] = gr.Dataframe(rollout_view.breakdown_frame(None), label="Reward breakdown",
                                           elem_id="play-breakdown", wrap=True)
-            c["probes"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS),
+            c["probes"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS), column_widths=PROBE_WIDTHS,
                                        label="Every probe (hidden ones revealed after submit)", wrap=True)
     with gr.Accordion("Episode log", open=False):
         c["log"] = gr.Dataframe(pd.DataFrame(columns=LOG_COLUMNS), label="Steps so far")
