@@ -27,7 +27,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from fastapi import FastAPI  # noqa: E402
 
 from envcore.env.environment import default_runtime  # noqa: E402
-from envcore.env.server import DEFAULT_MAX_SESSIONS, create_env_app  # noqa: E402
+from envcore.env.server import create_env_app  # noqa: E402
 
 
 def build_app() -> FastAPI:
@@ -39,9 +39,9 @@ def build_app() -> FastAPI:
     from ui.app import mount_ui, warm
 
     hub = SessionHub.for_server(runtime)
-    # The sandbox (started on first use) must hold the visitors' episodes as well as the API's.
-    runtime.sessions = (runtime.sessions or int(os.environ.get("A01_MAX_SESSIONS", DEFAULT_MAX_SESSIONS))) \
-        + hub.max_sessions  # play and live sessions share the hub's slots
+    # The sandbox (started on first use) must hold the visitors' episodes (play and live share the
+    # hub's slots) as well as the API's, which create_env_app has just counted.
+    runtime.sessions = (runtime.sessions or 0) + hub.max_sessions
     artifacts = Path(os.environ.get("A01_ARTIFACTS") or ARTIFACTS)
     app = mount_ui(app, hub, artifacts)
     warm(artifacts)

@@ -74,7 +74,7 @@ def test_a_bad_scenario_or_filter_is_a_message_not_a_crash(tabs):
     ctrl = tabs["play"]["controller"]
     with pytest.raises(UserError, match="hexadecimal"):
         ctrl.new_episode(None, "any", "any", "any", "any", "'; drop table --", None, 40, "")
-    with pytest.raises(UserError, match="no scenario in domain"):
+    with pytest.raises(UserError, match="no validated scenario matches .*'domain': 'atlantis'"):
         ctrl.new_episode(None, "any", "any", "any", "atlantis", "", None, 40, "")
 
 

@@ -7,8 +7,8 @@ draws a scenario on ``reset``, forwards each typed action to its episode, expose
 MCP (through the same episode, so a tool call over MCP counts as a step like any other), and writes
 one episode-log record when an episode ends, or is abandoned by a new reset or a closed session.
 
-Reset options (``reset(seed=..., split=..., tier=..., bug_class=..., scenario=..., agent_id=...,
-max_steps=...)``) are validated; a reset that cannot be satisfied raises :class:`ResetError` (a
+Reset options (``reset(seed=..., split=..., tier=..., bug_class=..., domain=..., scenario=...,
+agent_id=..., max_steps=...)``) are validated; a reset that cannot be satisfied raises :class:`ResetError` (a
 ``ValueError``) with the reason, which OpenEnv returns to a ``/ws`` client as an error message and
 :func:`~envcore.env.server.create_env_app` turns into a 422 on ``POST /reset``. Infrastructure trouble never
 escapes as an exception from ``step``: it is an observation with ``error`` (and, at submit, reward
@@ -163,18 +163,19 @@ class A01Environment(MCPEnvironment):
 
     # ----- OpenEnv API -------------------------------------------------------------------------
     def reset(self, seed: int | None = None, episode_id: str | None = None, *, split: str | None = DEFAULT_SPLIT,
-              tier: int | None = None, bug_class: str | None = None, scenario: str | None = None,
-              agent_id: str | None = None, max_steps: int | None = None, **unknown: Any) -> A01Observation:
+              tier: int | None = None, bug_class: str | None = None, domain: str | None = None,
+              scenario: str | None = None, agent_id: str | None = None, max_steps: int | None = None,
+              **unknown: Any) -> A01Observation:
         """Start an episode. ``split`` ``None`` or ``"any"`` draws from every split."""
         started = time.perf_counter()
         if unknown:
             raise ResetError(f"unknown reset options: {_shown(sorted(unknown))}; known: seed, episode_id, split, "
-                             "tier, bug_class, scenario, agent_id, max_steps")
+                             "tier, bug_class, domain, scenario, agent_id, max_steps")
         split = None if split in (None, "any") else split
         if split is not None and split not in SPLITS:
             raise ResetError(f"split must be one of {', '.join(SPLITS)} or 'any', not {_shown(split)}")
-        for name, value in (("episode_id", episode_id), ("bug_class", bug_class), ("scenario", scenario),
-                            ("agent_id", agent_id)):
+        for name, value in (("episode_id", episode_id), ("bug_class", bug_class), ("domain", domain),
+                            ("scenario", scenario), ("agent_id", agent_id)):
             if value is not None and (not isinstance(value, str) or _LONE_SURROGATE.search(value)):
                 raise ResetError(f"{name} must be a string (of valid Unicode), not {_shown(value)}")
         if tier is not None:
@@ -189,7 +190,7 @@ class A01Environment(MCPEnvironment):
         with self._lock:
             try:
                 bundle, used_seed = self.runtime.sampler.choose(seed=seed, split=split, tier=tier, bug_class=bug_class,
-                                                                scenario=scenario)
+                                                                domain=domain, scenario=scenario)
             except NoScenario as exc:  # the current episode (if any) goes on, not abandoned
                 raise ResetError(str(exc)) from None
             self._finish("abandoned")
@@ -215,7 +216,9 @@ class A01Environment(MCPEnvironment):
             was_done = self.episode.done
             observation = self.episode.step(action)
             if observation.done and not was_done:
-                self._finish("budget_exhausted" if self.episode.budget_exhausted else "submitted")
+                outcome = self.episode.outcome
+                assert outcome is not None  # done
+                self._finish(outcome)
             return observation
 
     def _call_tool(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

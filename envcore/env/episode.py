@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 from urllib.parse import parse_qsl
 
 import regex
@@ -358,6 +358,13 @@ class Episode:
             # Intermediate steps carry no signal: a constant 0 (OpenEnv validators want a number).
             done=self.done, reward=reward if self.done else 0.0, reward_breakdown=breakdown,
         )
+
+    @property
+    def outcome(self) -> Literal["submitted", "budget_exhausted"] | None:
+        """How the episode ended (``None`` while it runs): what its log record says."""
+        if not self.done:
+            return None
+        return "budget_exhausted" if self.budget_exhausted else "submitted"
 
     def state(self) -> A01State:
         return A01State(

@@ -1,6 +1,6 @@
 """The curriculum sampler: which scenario an episode plays.
 
-``choose(seed=..., split=..., tier=..., bug_class=..., scenario=...)`` filters the cache's manifest,
+``choose(seed=..., split=..., tier=..., bug_class=..., domain=..., scenario=...)`` filters the cache's manifest,
 weights the candidates and draws one with a generator seeded by ``seed``, so the same seed and
 filters give the same scenario on every machine (candidates are taken in id order). Without a seed
 a fresh one is drawn and returned, so every episode can be replayed.
@@ -102,21 +102,23 @@ class CurriculumSampler:
         self._pools = {}
 
     def candidates(self, *, split: str | None = DEFAULT_SPLIT, tier: int | None = None,
-                   bug_class: str | None = None) -> list[tuple[str, float]]:
+                   bug_class: str | None = None, domain: str | None = None) -> list[tuple[str, float]]:
         """(scenario id, weight) of every entry the filters allow, in id order, weight > 0."""
-        return [c for c in self._pool(split, tier, bug_class) if c[0] not in self.problems]
+        return [c for c in self._pool(split, tier, bug_class, domain) if c[0] not in self.problems]
 
-    def _pool(self, split: str | None, tier: int | None, bug_class: str | None) -> list[tuple[str, float]]:
+    def _pool(self, split: str | None, tier: int | None, bug_class: str | None,
+              domain: str | None = None) -> list[tuple[str, float]]:
         """The candidates, entries already known to be corrupt included: the draw must not depend on
         which entries this sampler happened to load before (``choose`` drops them as it meets them).
         Rows and weights never change, so each filter's pool is computed once (a fresh list each call)."""
-        key = (split, None if tier is None else int(tier), bug_class)
+        key = (split, None if tier is None else int(tier), bug_class, domain)
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = self._scan(split, tier, bug_class)
+            pool = self._pools[key] = self._scan(split, tier, bug_class, domain)
         return list(pool)
 
-    def _scan(self, split: str | None, tier: int | None, bug_class: str | None) -> tuple[tuple[str, float], ...]:
+    def _scan(self, split: str | None, tier: int | None, bug_class: str | None,
+              domain: str | None) -> tuple[tuple[str, float], ...]:
         out = []
         for row in self._rows:
             if split is not None and row.get("split") != split:
@@ -125,13 +127,16 @@ class CurriculumSampler:
                 continue
             if bug_class is not None and row.get("bug_class") != bug_class:
                 continue
+            if domain is not None and row.get("domain") != domain:
+                continue
             weight = self.weights.weight(row)
             if weight > 0:
                 out.append((row["scenario_id"], weight))
         return tuple(out)
 
     def choose(self, *, seed: int | None = None, split: str | None = DEFAULT_SPLIT, tier: int | None = None,
-               bug_class: str | None = None, scenario: str | None = None) -> tuple[Bundle, int]:
+               bug_class: str | None = None, scenario: str | None = None,
+               domain: str | None = None) -> tuple[Bundle, int]:
         """(bundle, seed used). ``scenario`` (an id or a unique prefix) bypasses the draw."""
         if seed is None:
             seed = random.SystemRandom().randrange(2**31)
@@ -142,7 +147,7 @@ class CurriculumSampler:
                 raise NoScenario(exc.args[0] if exc.args else str(exc)) from None
             return self.bundle(scenario_id), seed
         rng = random.Random(seed)
-        pool = self._pool(split, tier, bug_class)
+        pool = self._pool(split, tier, bug_class, domain)
         while pool:
             total = sum(w for _, w in pool)
             point = rng.random() * total
@@ -156,7 +161,8 @@ class CurriculumSampler:
                 return self.bundle(scenario_id), seed
             except NoScenario:
                 pool.pop(index)
-        filters = {k: v for k, v in (("split", split), ("tier", tier), ("bug_class", bug_class)) if v is not None}
+        filters = {k: v for k, v in (("split", split), ("tier", tier), ("bug_class", bug_class), ("domain", domain))
+                   if v is not None}
         raise NoScenario(f"no validated scenario matches {filters or 'the cache'} in {self.cache.root}")
 
     def bundle(self, scenario_id: str) -> Bundle:

@@ -71,7 +71,6 @@ class _Session:
     last_used: float
     kind: str = "play"
     agent: Agent | None = None
-    agent_name: str | None = None
     last_observation: A01Observation | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -197,15 +196,13 @@ class SessionHub:
               bug_class: str | None = None, domain: str | None = None, scenario: str | None = None,
               max_steps: int | None = None, agent_id: str | None = None) -> A01Observation:
         """Start an episode in the session. ``scenario`` is an id, a unique prefix of one, or a full
-        content hash; ``domain`` filters like the other options (the draw is seeded). Options that no
-        scenario satisfies raise :class:`~envcore.env.environment.ResetError` with the reason."""
+        content hash; the other options are the environment's reset options. Options that no scenario
+        satisfies raise :class:`~envcore.env.environment.ResetError` with the reason."""
         session = self._get(session_id)
         if scenario:
             scenario = self._resolve(scenario.strip())
-        elif domain:
-            scenario = self._draw_in_domain(seed, split, tier, bug_class, domain)
         with session.lock:
-            return session.env.reset(seed=seed, split=split or "any", tier=tier, bug_class=bug_class,
+            return session.env.reset(seed=seed, split=split or "any", tier=tier, bug_class=bug_class, domain=domain,
                                      scenario=scenario, max_steps=max_steps, agent_id=agent_id)
 
     def _resolve(self, text: str) -> str:
@@ -220,20 +217,6 @@ class SessionHub:
         if len(text) > 16 and not str(cache.row(scenario_id).get("sha256", "")).startswith(text):
             raise ResetError(f"no scenario has content hash {text[:20]}...")
         return scenario_id
-
-    def _draw_in_domain(self, seed: int | None, split: str | None, tier: int | None, bug_class: str | None,
-                        domain: str) -> str:
-        import random
-
-        split = None if split in (None, "any") else split
-        ids = sorted(row["scenario_id"] for row in self.runtime.cache.rows
-                     if row.get("domain") == domain and (split is None or row.get("split") == split)
-                     and (tier is None or int(row.get("tier", 0)) == int(tier))
-                     and (bug_class is None or row.get("bug_class") == bug_class))
-        if not ids:
-            raise ResetError(f"no scenario in domain {domain!r} matches the other filters")
-        rng = random.Random(seed) if seed is not None else random.SystemRandom()
-        return rng.choice(ids)
 
     def step(self, session_id: str, action: Action) -> A01Observation:
         """One tool call, exactly as an agent would send it over ``/ws``."""
@@ -281,10 +264,7 @@ class SessionHub:
             env = session.env
             if env.episode is None:
                 return None
-            outcome = "abandoned"
-            if env.episode.done:
-                outcome = "budget_exhausted" if env.episode.budget_exhausted else "submitted"
-            return env.record(outcome)
+            return env.record(env.episode.outcome or "abandoned")
 
     # ----- agents, live ------------------------------------------------------------------------
     def live_agents(self) -> dict[str, LiveAgent]:
@@ -327,7 +307,7 @@ class SessionHub:
         observation = self.reset(session_id, seed=seed, scenario=scenario, agent_id=agent_id, **options)
         with session.lock:
             agent.begin(observation, seed=seed)
-            session.agent, session.agent_name = agent, name
+            session.agent = agent
             session.last_observation = observation
         return observation
 
