@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from envcore.cache import ScenarioCache
+from envcore.env.bench import free_port, start_server
 from envcore.env.episode_log import read_episodes
 from envcore.patching import apply_patch
 
@@ -39,33 +36,12 @@ if os.environ.get("A01_BROWSER_TESTS") == "skip":
     pytest.skip("browser tests left out (A01_BROWSER_TESTS=skip)", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("space") / "human.jsonl"
-    port = _free_port()
-    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False",
-           "A01_HUMAN_LOG": str(log)}
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 90
-    while True:
-        assert process.poll() is None, process.stderr.read().decode()[-3000:]
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "app.py did not serve its page within 90 s"
-        time.sleep(0.2)
-    yield {"url": url, "log": log}
+    port = free_port()
+    process = start_server(None, port, ready="/", timeout_s=90, env={"A01_HUMAN_LOG": str(log)})
+    yield {"url": f"http://127.0.0.1:{port}/", "log": log}
     process.terminate()
     try:
         process.wait(10)

@@ -429,7 +429,7 @@ def test_outcome_breakdown_and_probes():
     assert list(rollout_view.probe_frame(None).columns) == list(rollout_view.PROBE_COLUMNS)
 
 
-def test_scenario_choices_and_find_record():
+def test_scenario_choices_and_the_record_shown_per_scenario():
     records = [
         make_record("ffff000011112222", reward=-0.2, resolution="no", tier=2, bug_class="list_leak"),
         _played_record(),
@@ -442,15 +442,15 @@ def test_scenario_choices_and_find_record():
         ("aaaa0000 · tier 1 · idor_read · ERROR", "aaaa000011112222"),
         ("ffff0000 · tier 2 · list_leak · NO -0.20", "ffff000011112222"),
     ]
-    assert rollout_view.find_record(records, "ffff000011112222").outcome == "submitted"
-    assert rollout_view.find_record(records, "missing") is None
+    assert rollout_view.shown_records(records)["ffff000011112222"].outcome == "submitted"
+    assert "missing" not in rollout_view.shown_records(records)
 
 
 def test_viewer_on_shipped_rollouts(shipped):
     records = artifact_sets.load_records(shipped["oracle"])
     choices = rollout_view.scenario_choices(records)
     assert len(choices) == 258 and all("FULL" in label for label, _ in choices)
-    record = rollout_view.find_record(records, choices[0][1])
+    record = rollout_view.shown_records(records)[choices[0][1]]
     view = rollout_view.step_view(record, 1)
     assert view.title == f"Step 1 of {rollout_view.step_count(record)} · apply_patch" and view.files_changed
 

@@ -15,55 +15,34 @@ Targets (the Space's): cold start at most 15 s; every action's p50 at most 300 m
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
 COLD_START_TARGET_S = 15.0
 ACTION_TARGET_MS = 300.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def cold_start(*, timeout_s: float = 60.0) -> float:
     """Seconds from starting ``python app.py`` to the page served on ``/``."""
-    port = _free_port()
-    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False",
-           "A01_HUMAN_LOG": str(Path(tempfile.mkdtemp()) / "human.jsonl")}
+    from envcore.env.bench import free_port, start_server
+
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+    process = start_server(None, free_port(), ready="/", timeout_s=timeout_s,
+                           env={"A01_HUMAN_LOG": str(Path(tempfile.mkdtemp()) / "human.jsonl")})
+    elapsed = time.perf_counter() - started
+    process.terminate()
     try:
-        while time.perf_counter() - started < timeout_s:
-            if process.poll() is not None:
-                raise RuntimeError(f"app.py exited with {process.returncode}: "
-                                   f"{process.stderr.read().decode()[-2000:] if process.stderr else ''}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-                    if response.status == 200 and b"<html" in response.read(4096).lower():
-                        return time.perf_counter() - started
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"app.py did not serve / within {timeout_s:.0f} s")
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    return elapsed
 
 
 class _Timer:

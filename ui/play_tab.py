@@ -20,7 +20,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from envcore.env.actions import A01Observation
+from envcore.env.actions import A01Observation, A01State
 from envcore.env.environment import ResetError
 from envcore.patching import make_diff
 from envcore.server.sessions import SessionError, SessionHub, human_agent_id
@@ -69,28 +69,19 @@ class PlayController:
         except SessionError as exc:
             raise UserError(str(exc)) from None
 
-    def status(self, sid: str, observation: A01Observation | None = None) -> str:
-        state = self.hub.state(sid)
-        parts = [f"Scenario `{state.scenario_id}`", f"step {state.step_count} of {state.max_steps}",
-                 f"phase **{state.phase}**"]
-        if state.invalid_actions:
-            parts.append(f"{state.invalid_actions} refused")
-        line = " · ".join(parts)
-        if observation is not None and observation.error:
-            line += f"\n\n⚠️ Refused: {observation.error}"
-        if state.done:
-            line += "\n\nThe episode is over: see **Submit** for the verdict, or start a new episode."
-        return line
+    def _progress(self, session_id: str, observation: A01Observation | None = None, *, show_diff: bool = False,
+                  **named: Any) -> dict[str, Any]:
+        """The status line and the step log (and with ``show_diff`` the current diff), from one read of
+        the episode's state."""
+        state = self.hub.state(session_id)
+        if show_diff:
+            named["diff"] = state.diff
+        return {"status": status_text(state, observation), "log": log_frame(state), **named}
 
-    def log(self, sid: str) -> pd.DataFrame:
-        history = self.hub.state(sid).history
-        return pd.DataFrame([{"step": h["step"], "tool": h["tool"], "refused": h.get("error") or "",
-                              "ms": round(h.get("elapsed_ms") or 0.0, 1)} for h in history], columns=LOG_COLUMNS)
-
-    def _after(self, sid: str, observation: A01Observation, **named: Any) -> dict[str, Any]:
+    def _after(self, sid: str, observation: A01Observation, *, show_diff: bool = False, **named: Any) -> dict[str, Any]:
         if observation.error:
             gr.Warning(f"Refused: {observation.error}")
-        return {"status": self.status(sid, observation), "log": self.log(sid), **named}
+        return self._progress(sid, observation, show_diff=show_diff, **named)
 
     # ----- actions -----------------------------------------------------------------------------
     def new_episode(self, sid: str | None, split: str, bug_class: str, tier: str, domain: str, scenario: str,
@@ -109,23 +100,20 @@ class PlayController:
             raise UserError(str(exc)) from None
         intro = observation.result or {}
         users = [u["username"] for u in intro.get("users", [])]
-        return {
-            "sid": sid,
-            "task": task_markdown(intro),
-            "status": self.status(sid),
-            "log": self.log(sid),
-            "files": gr.update(choices=observation.files, value=None),
-            "editor": gr.update(value="", label="File (open one on the left)"),
-            "editing": "",
-            "as_user": gr.update(choices=[ANONYMOUS, *users], value=users[0] if users else ANONYMOUS),
-            "response": "",
-            "tests": pd.DataFrame(columns=PROBE_COLUMNS),
-            "diff": "",
-            "verdict": "",
-            "breakdown": rollout_view.breakdown_frame(None),
-            "probes": pd.DataFrame(columns=PROBE_COLUMNS),
-            "search_results": "",
-        }
+        return self._progress(
+            sid, sid=sid, task=task_markdown(intro),
+            files=gr.update(choices=observation.files, value=None),
+            editor=gr.update(value="", label="File (open one on the left)"),
+            editing="",
+            as_user=gr.update(choices=[ANONYMOUS, *users], value=users[0] if users else ANONYMOUS),
+            response="",
+            tests=pd.DataFrame(columns=PROBE_COLUMNS),
+            diff="",
+            verdict="",
+            breakdown=rollout_view.breakdown_frame(None),
+            probes=pd.DataFrame(columns=PROBE_COLUMNS),
+            search_results="",
+        )
 
     def open_file(self, sid: str | None, path: str | None) -> dict[str, Any]:
         if not path:
@@ -156,10 +144,7 @@ class PlayController:
         if not (diff or "").strip():
             raise UserError("Paste a unified diff first (--- a/path, +++ b/path, @@ hunks).")
         sid, observation = self._step(sid, {"tool": "apply_patch", "diff": diff})
-        named: dict[str, Any] = {}
-        if not observation.error and self.hub.state(sid).diff:
-            named["diff"] = self.hub.state(sid).diff
-        return self._after(sid, observation, **named)
+        return self._after(sid, observation, show_diff=not observation.error)
 
     def search(self, sid: str | None, query: str) -> dict[str, Any]:
         if not (query or "").strip():
@@ -194,8 +179,25 @@ class PlayController:
         return self._after(
             sid, observation, verdict=observation.text,
             breakdown=rollout_view.breakdown_frame(verdict.get("reward_breakdown") or observation.reward_breakdown),
-            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True),
-            diff=self.hub.state(sid).diff)
+            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True), show_diff=True)
+
+
+def status_text(state: A01State, observation: A01Observation | None = None) -> str:
+    parts = [f"Scenario `{state.scenario_id}`", f"step {state.step_count} of {state.max_steps}",
+             f"phase **{state.phase}**"]
+    if state.invalid_actions:
+        parts.append(f"{state.invalid_actions} refused")
+    line = " · ".join(parts)
+    if observation is not None and observation.error:
+        line += f"\n\n⚠️ Refused: {observation.error}"
+    if state.done:
+        line += "\n\nThe episode is over: see **Submit** for the verdict, or start a new episode."
+    return line
+
+
+def log_frame(state: A01State) -> pd.DataFrame:
+    return pd.DataFrame([{"step": h["step"], "tool": h["tool"], "refused": h.get("error") or "",
+                          "ms": round(h.get("elapsed_ms") or 0.0, 1)} for h in state.history], columns=LOG_COLUMNS)
 
 
 def task_markdown(intro: dict[str, Any]) -> str:

@@ -208,8 +208,8 @@ def probe_frame(verification: dict[str, Any] | None, *, reveal_hidden: bool = Tr
     return pd.DataFrame(rows, columns=list(PROBE_COLUMNS)).astype({"visible": "bool", "passed": "bool"})
 
 
-def _shown_record(records: Iterable[EpisodeRecord]) -> dict[str, EpisodeRecord]:
-    """Per scenario, the record the viewer shows: the last one that was not abandoned (the one the
+def shown_records(records: Iterable[EpisodeRecord]) -> dict[str, EpisodeRecord]:
+    """By scenario id, the record the viewer shows: the last one that was not abandoned (the one the
     dashboard counts), else the last abandoned one."""
     chosen: dict[str, EpisodeRecord] = {}
     for record in records:
@@ -230,12 +230,9 @@ def _badge(record: EpisodeRecord) -> str:
 def scenario_choices(records: Iterable[EpisodeRecord]) -> list[tuple[str, str]]:
     """(label, scenario_id) per scenario, sorted by id, labelled like
     ``0082e596 · tier 3 · broken_authz_logic · FULL +0.99``. A scenario played more than once (a log
-    of several agents or sessions) appears once, with the record :func:`find_record` returns."""
-    shown = _shown_record(records)
+    of several agents or sessions) appears once, with the record :func:`shown_records` picks."""
+    shown = shown_records(records)
     return [(f"{sid[:8]} · tier {r.tier} · {r.bug_class} · {_badge(r)}", sid)
             for sid, r in sorted(shown.items())]
 
 
-def find_record(records: Iterable[EpisodeRecord], scenario_id: str) -> EpisodeRecord | None:
-    """The record :func:`scenario_choices` labels ``scenario_id`` with; ``None`` if there is none."""
-    return _shown_record(r for r in records if r.scenario_id == scenario_id).get(scenario_id)

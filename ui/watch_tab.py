@@ -48,7 +48,7 @@ class WatchController:
         return [(s.label, s.name) for s in self.rollout_sets().values()]
 
     def records(self, name: str | None) -> dict[str, EpisodeRecord]:
-        """The set's last record of each scenario, by scenario id."""
+        """The record shown for each scenario of the set (:func:`~ui.rollout_view.shown_records`)."""
         if not name:
             return {}
         rollout_set = self.rollout_sets().get(name)
@@ -58,10 +58,7 @@ class WatchController:
         with self._lock:
             table = self._by_scenario.get(key)
             if table is None:
-                table = {}
-                for record in artifact_sets.load_records(rollout_set):
-                    if record.outcome != "abandoned" or record.scenario_id not in table:
-                        table[record.scenario_id] = record
+                table = rollout_view.shown_records(artifact_sets.load_records(rollout_set))
                 self._by_scenario = {k: v for k, v in self._by_scenario.items() if k[0] != name}
                 self._by_scenario[key] = table
         return table
@@ -96,9 +93,7 @@ class WatchController:
 
     def move(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
              delta: int) -> dict[str, Any]:
-        total = max((rollout_view.step_count(r) for name in (left, right) if name
-                     for r in [self.records(name).get(scenario or "")] if r is not None), default=0)
-        return self.show(left, right, scenario, min(max(int(index or 0) + delta, 0), total))
+        return self.show(left, right, scenario, max(int(index or 0) + delta, 0))  # show clamps to the end
 
     def step_back(self, left: str | None, right: str | None, scenario: str | None, index: float | None) -> dict[str, Any]:
         return self.move(left, right, scenario, index, -1)

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,32 +149,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(cache: str, port: int, sessions: int, log: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "A01_CACHE": cache, "A01_MAX_SESSIONS": str(sessions),
-           "GRADIO_ANALYTICS_ENABLED": "False"}
-    if log:
-        env["A01_EPISODE_LOG"] = log
+def start_server(cache: str | None, port: int, sessions: int | None = None, log: str | None = None, *,
+                 env: Mapping[str, str] | None = None, ready: str = "/health", timeout_s: float = 60) -> subprocess.Popen:
+    """``python app.py`` on ``port`` in its own process, returned once ``GET ready`` answers 200.
+    ``cache``, ``sessions`` and ``log`` set ``A01_CACHE``, ``A01_MAX_SESSIONS`` and ``A01_EPISODE_LOG``;
+    ``env`` adds any other variables."""
+    child_env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False",
+                 **(env or {})}
+    for name, value in (("A01_CACHE", cache), ("A01_MAX_SESSIONS", sessions), ("A01_EPISODE_LOG", log)):
+        if value:
+            child_env[name] = str(value)
     root = Path(__file__).resolve().parents[2]
     # The server's log goes to a file: a pipe nobody reads fills up and then stalls every process
     # that writes to it (the server, and the sandbox zygote, which shares its stderr).
     errors = tempfile.NamedTemporaryFile(prefix="a01-bench-server-", suffix=".log", delete=False)
-    process = subprocess.Popen([sys.executable, str(root / "app.py")], cwd=root, env=env,
+    process = subprocess.Popen([sys.executable, str(root / "app.py")], cwd=root, env=child_env,
                                stdout=subprocess.DEVNULL, stderr=errors)
     process.log_path = errors.name  # type: ignore[attr-defined]
     errors.close()
     import httpx
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}{ready}", timeout=1).status_code == 200:
                 return process
         except httpx.HTTPError:
-            time.sleep(0.2)
+            time.sleep(0.05)
         if process.poll() is not None:
             raise RuntimeError(f"the server exited: {Path(process.log_path).read_text(errors='replace')[-2000:]}")
     process.kill()
-    raise RuntimeError("the server did not start within 60 s")
+    raise RuntimeError(f"the server did not answer {ready} within {timeout_s:.0f} s")
 
 
 async def _ws_oracle(url: str, seeds: list[int], clients: int, split: str | None,
