@@ -1,8 +1,10 @@
-"""Shared fixtures: a factory config, a runner, and compiled bundles for sample seeds."""
+"""Shared fixtures: a factory config, a runner, compiled bundles for sample seeds, a tiny model and one
+real training run of it."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,8 @@ from envcore.factory.compiler import compile_spec  # noqa: E402
 from envcore.factory.config import FactoryConfig  # noqa: E402
 from envcore.factory.template_author import author_spec  # noqa: E402
 from envcore.runner.inprocess import InProcessRunner  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +67,42 @@ def tiny_model(tmp_path_factory):
     from envcore.agents.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0)
+
+
+TRAINING_RUN = "test-grpo"
+
+
+@pytest.fixture(scope="session")
+def training_run(tmp_path_factory, tiny_model):
+    """One real training run of the tiny model, through the command a user types: ``python -m envcore
+    train`` in its own process (Trackio reads ``TRACKIO_DIR`` once per process), 2 GRPO steps through
+    the in-process environment, then the held-out evaluation. Its outputs sit in an artifacts folder
+    of their own (``trackio/``, ``adapters/``, ``training/``), which the browser test serves."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    root = tmp_path_factory.mktemp("training-artifacts")
+    config = {
+        "name": TRAINING_RUN,
+        "description": "Test run: a tiny random model trained for two steps.",
+        "model": {"name_or_path": str(tiny_model), "dtype": "float32"},
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+        "episodes": {"split": "train", "max_steps": 3, "max_new_tokens": 24, "completion_budget": 200,
+                     "curriculum": [{"tiers": [1], "groups": 2}, {"tiers": [2], "groups": 2}], "seed": 1},
+        "grpo": {"num_generations": 2, "per_device_train_batch_size": 4, "max_steps": 2, "learning_rate": 1e-3,
+                 "logging_steps": 1},
+        "tracking": {"project": "a01-test", "dir": str(root / "trackio")},
+        "output": {"adapter_dir": str(root / "adapters" / "{name}"), "run_dir": str(root / "training" / "{name}")},
+        "evaluation": {"split": "test", "n": 2, "max_steps": 3, "max_new_tokens": 16, "parallel": 2,
+                       "baselines": ["artifacts/evals/v1/heuristic"]},
+    }
+    path = root / "train.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    done = subprocess.run([sys.executable, "-m", "envcore", "train", "--config", str(path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return {"root": root, "config": path, "stdout": done.stdout, "name": TRAINING_RUN,
+            "adapter": root / "adapters" / TRAINING_RUN, "run_dir": root / "training" / TRAINING_RUN}

@@ -13,8 +13,10 @@ Choices:
 * What a set *is* comes from a small declarative table (:data:`KIND_RULES`), the first matching rule
   winning. The oracle plays the reference fix: its runs validate the scenarios and the reward and are
   never a competitor, so its kind is ``validation`` and its label says so. A set counts as trained
-  when a path part says so or when its ``summary.json`` names a (non-null) adapter, at the top level or
-  under ``run`` (every eval summary has ``run.adapter``, null for untrained agents).
+  when its ``summary.json`` names a (non-null) adapter, at the top level or under ``run`` (every eval
+  summary has ``run.adapter``, null for untrained agents), or, with no summary saying either, when a
+  path part is ``training`` or ``adapters`` (a training run's own rollouts). A summary with a null
+  adapter makes a set a baseline wherever it sits (the base model evaluated beside its adapter).
 * Discovery goes by file name and skips ``scenarios/`` and ``models/`` (bundles, rejects, weights)
   and hidden folders wherever they are. A file whose first bytes are not an episode record (another
   tool's JSONL) is left out; an empty file is kept (the human log exists before its first episode).
@@ -61,25 +63,42 @@ class RolloutSet:
     label: str
     """Display text: ``heuristic · evals/v1``; the oracle's is ``oracle (validation only) · evals/v1``."""
 
+    @property
+    def evaluated(self) -> bool:
+        """Whether the set is an evaluation run (its folder has a ``summary.json``), not training rollouts."""
+        return (self.path.parent / "summary.json").is_file()
 
-def _adapter_in_summary(folder: Path) -> bool:
+
+def _summary_adapter(folder: Path) -> bool | None:
+    """Whether the folder's ``summary.json`` says an adapter was played (``adapter``, at the top level
+    or under ``run``): ``True``/``False``, or ``None`` when there is no summary saying either."""
     try:
         summary = json.loads((folder / "summary.json").read_text())
     except (OSError, ValueError):
-        return False
+        return None
     if not isinstance(summary, dict):
-        return False
+        return None
     run = summary.get("run")
-    return bool(summary.get("adapter") or (isinstance(run, dict) and run.get("adapter")))
+    if summary.get("adapter") or (isinstance(run, dict) and run.get("adapter")):
+        return True
+    if "adapter" in summary or (isinstance(run, dict) and "adapter" in run):
+        return False
+    return None
+
+
+def _trained(parts: tuple[str, ...], folder: Path) -> bool:
+    said = _summary_adapter(folder)
+    return said is True or (said is None and ("training" in parts or "adapters" in parts))
 
 
 # (kind, test on the set's name parts and its log's folder); the first match wins, so the oracle is
-# validation even when it sits under evals/, and a trained model's eval under evals/ is trained.
+# validation even when it sits under evals/, a trained model's eval under evals/ is trained, and the
+# base model's evaluation beside a training run (its summary says no adapter) is a baseline.
 KIND_RULES: tuple[tuple[str, Callable[[tuple[str, ...], Path], bool]], ...] = (
     ("validation", lambda parts, folder: bool(parts) and parts[-1] == "oracle"),
     ("human", lambda parts, folder: "human" in parts),
-    ("trained", lambda parts, folder: "training" in parts or "adapters" in parts or _adapter_in_summary(folder)),
-    ("baseline", lambda parts, folder: bool(parts) and parts[0] == "evals"),
+    ("trained", _trained),
+    ("baseline", lambda parts, folder: bool(parts) and parts[0] == "evals" or _summary_adapter(folder) is False),
 )
 
 

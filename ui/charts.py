@@ -153,3 +153,39 @@ def delta_chart(table: pd.DataFrame, *, base: str, other: str, metric: str,
         height=max(320, 80 + 28 * len(table)),
     )
     return figure
+
+
+TRAINING_RATES = frozenset({"env/full_fix", "env/partial", "env/format_error_rate", "env/truncated"})
+"""Training metrics that are shares, drawn on a fixed 0-100% axis."""
+
+
+def training_chart(frame: pd.DataFrame, metrics: list[str], *, colors: Mapping[str, str] | None = None) -> go.Figure:
+    """Training curves: one panel per metric (stacked, sharing the step axis), one line per run.
+    ``frame`` is :func:`envcore.training.metrics.read_metrics`'s long table with a ``label`` column
+    naming each run."""
+    from plotly.subplots import make_subplots
+
+    shown = frame[frame["metric"].isin(metrics)] if len(frame) else frame
+    metrics = [m for m in metrics if m in set(shown["metric"])] if len(shown) else []
+    if not metrics:
+        return empty_figure("No metric rows for the chosen runs and metrics.")
+    runs = list(dict.fromkeys(shown.sort_values("label")["label"]))
+    palette = _colors(runs, colors)
+    figure = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08 / max(len(metrics) - 1, 1),
+                           subplot_titles=metrics)
+    for row, metric in enumerate(metrics, 1):
+        for run in runs:
+            points = shown[(shown["metric"] == metric) & (shown["label"] == run)].sort_values("step")
+            if points.empty:
+                continue
+            figure.add_trace(go.Scatter(
+                x=points["step"], y=points["value"], mode="lines+markers", name=run, legendgroup=run,
+                showlegend=row == 1, line={"color": palette[run], "width": 2}, marker={"size": 5},
+                hovertemplate=f"{run}<br>step %{{x}}<br>{metric} %{{y:.4g}}<extra></extra>",
+            ), row=row, col=1)
+        if metric in TRAINING_RATES:
+            figure.update_yaxes(range=[0, 1.02], tickformat=".0%", row=row, col=1)
+    figure.update_xaxes(title_text="GRPO step", row=len(metrics), col=1)
+    figure.update_layout(template=TEMPLATE, height=90 + 190 * len(metrics), margin={"t": 40, "b": 40},
+                         legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0})
+    return figure

@@ -9,8 +9,9 @@ DataFrames, :mod:`ui.charts` turns DataFrames into Plotly figures); this module 
 * any two sets compared on the scenarios both played (paired differences with intervals, overall,
   by tier and by bug class);
 * a scenario browser over the cache manifest; choosing a row opens it in the Play tab;
-* the training-curve and failure-analysis panels, which say plainly that nothing is there until a
-  training run (Trackio database under ``artifacts/trackio``) or a failure analysis
+* the training curves of every run (:mod:`ui.training_panel`, from the Trackio databases under
+  ``artifacts/trackio``);
+* the failure-analysis panel, which says plainly that nothing is there until a failure analysis
   (``artifacts/feedback``) exists.
 """
 
@@ -25,22 +26,13 @@ import pandas as pd
 
 from envcore.agents.evaluate import compare, scenario_domains
 from envcore.server.sessions import SessionHub
-from ui import artifact_sets, charts, data
+from ui import artifact_sets, charts, data, training_panel
 from ui.wiring import bind, outputs
 
 DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Domain": "domain"}
 RATE_METRICS = {"Full fix": "full_fix", "Partial fix": "partial", "Mean reward": "reward"}
 DELTA_METRICS = {"Reward": "reward", "Full fix": "full_fix"}
 ANY = "any"
-
-
-def training_panel(artifacts: Path) -> str:
-    found = sorted(p.name for p in (artifacts / "trackio").glob("*.db")) if (artifacts / "trackio").is_dir() else []
-    if not found:
-        return ("#### Training curves\n\nNo training run has been recorded yet: training curves (reward, reward "
-                "components and solve rates over steps) are drawn here from the Trackio database a training run "
-                "writes under `artifacts/trackio/`.")
-    return f"#### Training curves\n\nTrackio databases found: {', '.join(found)}."
 
 
 def failure_panel(artifacts: Path) -> str:
@@ -53,11 +45,13 @@ def failure_panel(artifacts: Path) -> str:
 
 
 def default_pair(sets: list[artifact_sets.RolloutSet]) -> tuple[str | None, str | None]:
-    """What to compare first: a trained set against the heuristic baseline when one exists, otherwise
-    the heuristic against doing nothing; failing those, the first two competitors (never the oracle)."""
+    """What to compare first: a trained set (an evaluation before training rollouts, which play other
+    scenarios) against the heuristic baseline when one exists, otherwise the heuristic against doing
+    nothing; failing those, the first two competitors (never the oracle)."""
     competitors = [s for s in sets if s.kind != "validation"]
     by_agent = {s.name.rsplit("/", 1)[-1]: s.name for s in competitors}
-    trained = next((s.name for s in competitors if s.kind == "trained"), None)
+    trained_sets = sorted((s for s in competitors if s.kind == "trained"), key=lambda s: not s.evaluated)
+    trained = trained_sets[0].name if trained_sets else None
     if trained:
         return by_agent.get("heuristic") or next((s.name for s in competitors if s.name != trained), None), trained
     if "heuristic" in by_agent and "noop" in by_agent:
@@ -76,6 +70,7 @@ class DashboardController:
         self.manifest = data.manifest_frame(self.cache.rows)
         self._frames: dict[tuple[Any, ...], pd.DataFrame] = {}
         self._lock = threading.Lock()
+        self.training = training_panel.TrainingPanel(artifacts)
 
     def rollout_sets(self) -> dict[str, artifact_sets.RolloutSet]:
         return {s.name: s for s in artifact_sets.discover(self.artifacts)}
@@ -103,7 +98,7 @@ class DashboardController:
         base, other = default_pair(sets)
         return {"sets": gr.update(choices=choices, value=names),
                 "base": gr.update(choices=choices, value=base), "other": gr.update(choices=choices, value=other),
-                "training": training_panel(self.artifacts), "failures": failure_panel(self.artifacts),
+                "failures": failure_panel(self.artifacts), **self.training.refresh(),
                 **self.draw(names, "Bug class", "Full fix"), **self.delta(names, base, other, "Reward")}
 
     def draw(self, names: list[str] | None, dimension: str, metric: str) -> dict[str, Any]:
@@ -165,11 +160,9 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
         c["delta_metric"] = gr.Radio(list(DELTA_METRICS), value="Reward", label="Difference in")
     c["delta_text"] = gr.Markdown("", elem_id="dash-delta-text")
     c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta")
-    with gr.Row():
-        with gr.Column():
-            c["training"] = gr.Markdown(training_panel(artifacts), elem_id="dash-training")
-        with gr.Column():
-            c["failures"] = gr.Markdown(failure_panel(artifacts), elem_id="dash-failures")
+    ctrl.training, panel = training_panel.build(artifacts)
+    c.update(panel)
+    c["failures"] = gr.Markdown(failure_panel(artifacts), elem_id="dash-failures")
     gr.Markdown("#### Scenario browser (choose a row to play it)")
     with gr.Row():
         c["f_split"] = gr.Dropdown([ANY, "train", "val", "test"], value=ANY, label="Split")
@@ -188,6 +181,9 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
     delta_inputs = [c["sets"], c["base"], c["other"], c["delta_metric"]]
     for trigger in (c["base"], c["other"], c["delta_metric"]):
         trigger.input(bind(ctrl.delta, named), delta_inputs, out)
+    train_inputs = [c["train_runs"], c["train_metrics"]]
+    for trigger in train_inputs:
+        trigger.input(bind(ctrl.training.draw, named), train_inputs, out)
     filters = [c["f_split"], c["f_tier"], c["f_bug"], c["f_domain"], c["f_text"]]
     for trigger in filters:
         trigger.input(bind(ctrl.scenarios, named), filters, out)

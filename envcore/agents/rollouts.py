@@ -84,9 +84,9 @@ def run_rollouts(agent_factory: Callable[[], Agent], episodes: Iterable[EpisodeS
         progress(count[0])
     logger = EpisodeLogger(log)
     if urls:
-        session_factory = _remote_sessions(urls, logger, source)
+        session_factory: Callable[[int], Any] = remote_sessions(urls, logger, source)
     else:
-        session_factory = _local_sessions(runtime, logger, source)
+        session_factory = local_sessions(runtime, logger, source)
     started = time.perf_counter()
 
     def session_loop(index: int) -> None:
@@ -131,30 +131,45 @@ def run_rollouts(agent_factory: Callable[[], Agent], episodes: Iterable[EpisodeS
     return result
 
 
-class _LocalSession:
+class LocalSession:
+    """One in-process session: an :class:`~envcore.env.environment.A01Environment` over a shared runtime,
+    whose logger writes each finished episode's record (with the full verification report)."""
+
     def __init__(self, runtime: Any) -> None:
         from envcore.env.environment import A01Environment
 
         self.env = A01Environment(runtime)
 
+    def reset(self, *, seed: int, agent_id: str, **options: Any) -> Any:
+        return self.env.reset(seed=seed, agent_id=agent_id, **options)
+
+    def step(self, action: dict[str, Any]) -> Any:
+        return self.env.step(action)
+
     def play(self, agent: Agent, spec: EpisodeSpec, agent_id: str) -> None:
-        play_episode(self.env, agent, seed=spec.seed, agent_id=agent_id, **dict(spec.options))
+        play_episode(self, agent, seed=spec.seed, agent_id=agent_id, **dict(spec.options))
 
     def close(self) -> None:
         self.env.close()
 
 
-def _local_sessions(runtime: Any, logger: EpisodeLogger, source: str) -> Callable[[int], _LocalSession]:
+def local_sessions(runtime: Any, logger: EpisodeLogger | None, source: str) -> Callable[[int], LocalSession]:
+    """A factory of in-process sessions sharing one runtime (``runtime`` or one from the environment
+    variables) that log to ``logger`` as ``source``."""
     from dataclasses import replace
 
     from envcore.env.environment import Runtime
 
     shared = replace(runtime or Runtime.from_environ(), logger=logger, source=source)
-    return lambda index: _LocalSession(shared)
+    return lambda index: LocalSession(shared)
 
 
-class _RemoteSession:
-    def __init__(self, url: str, logger: EpisodeLogger, source: str) -> None:
+class RemoteSession:
+    """One WebSocket session with a server. It writes each finished episode's record itself, from
+    what the client saw: every action and observation, the final diff (from the session's state) and
+    the reward breakdown; the hidden verification report stays on the server."""
+
+    def __init__(self, url: str, logger: EpisodeLogger | None, source: str) -> None:
         from envcore.env.client import A01Env
 
         self.client = A01Env(base_url=url, message_timeout_s=300).sync()
@@ -162,6 +177,7 @@ class _RemoteSession:
         self.url, self.logger, self.source = url.rstrip("/"), logger, source
         self._facts: dict[str, dict[str, Any]] = {}
         self._http: Any = None
+        self._episode: dict[str, Any] | None = None
 
     def facts(self, scenario_id: str) -> dict[str, Any]:
         """The scenario's public catalog entry (bug class, tier, content hash), from the server."""
@@ -176,29 +192,45 @@ class _RemoteSession:
             self._facts[scenario_id] = {k: data.get(k) for k in ("bug_class", "tier", "content_hash", "domain")}
         return self._facts[scenario_id]
 
-    def play(self, agent: Agent, spec: EpisodeSpec, agent_id: str) -> None:
-        started = time.time()
-        steps: list[StepEntry] = []
-        options = dict(spec.options)
+    def reset(self, *, seed: int, agent_id: str, **options: Any) -> Any:
+        observation = self.client.reset(seed=seed, agent_id=agent_id, **options).observation
+        self._episode = {"started": time.time(), "steps": [], "options": options, "seed": seed, "agent_id": agent_id}
+        return observation
 
-        def record_step(action: dict[str, Any], observation: Any, elapsed_ms: float) -> None:
-            steps.append(StepEntry(step=len(steps) + 1, action=action, observation=observation.model_dump(mode="json"),
-                                   elapsed_ms=elapsed_ms))
+    def step(self, action: dict[str, Any]) -> Any:
+        if self._episode is None:
+            raise RuntimeError("reset the session before stepping it")
+        started = time.perf_counter()
+        observation = self.client.step(action).observation
+        steps: list[StepEntry] = self._episode["steps"]
+        steps.append(StepEntry(step=len(steps) + 1, action=action, observation=observation.model_dump(mode="json"),
+                               elapsed_ms=(time.perf_counter() - started) * 1000))
+        if observation.done:
+            self._write(observation)
+        return observation
 
-        observation = play_episode(self.client, agent, seed=spec.seed, agent_id=agent_id, on_step=record_step, **options)
+    def _write(self, observation: Any) -> None:
+        episode, self._episode = self._episode, None
+        assert episode is not None
+        if self.logger is None:
+            return
         state = self.client.state()
         breakdown = observation.reward_breakdown or {}
         facts = self.facts(observation.scenario_id)
         exhausted = any(c.get("name") == "budget_exhausted" and c.get("measured") for c in breakdown.get("components", []))
         outcome = "infrastructure_error" if observation.reward is None else ("budget_exhausted" if exhausted else "submitted")
         self.logger.write(EpisodeRecord(
-            episode_id=state.episode_id or uuid.uuid4().hex, agent_id=agent_id, source=self.source,
+            episode_id=state.episode_id or uuid.uuid4().hex, agent_id=episode["agent_id"], source=self.source,
             scenario_id=observation.scenario_id, scenario_hash=facts["content_hash"] or observation.scenario_id,
             cache_version=None, bug_class=facts["bug_class"] or "", tier=int(facts["tier"] or 0),
-            split=options.get("split"), seed=spec.seed, started_at=started, ended_at=time.time(), outcome=outcome,
-            max_steps=state.max_steps, steps=steps, diff=state.diff, verification=None, reward=observation.reward,
-            reward_breakdown=observation.reward_breakdown, timings_ms={"total": (time.time() - started) * 1000},
+            split=episode["options"].get("split"), seed=episode["seed"], started_at=episode["started"],
+            ended_at=time.time(), outcome=outcome, max_steps=state.max_steps, steps=episode["steps"], diff=state.diff,
+            verification=None, reward=observation.reward, reward_breakdown=observation.reward_breakdown,
+            timings_ms={"total": (time.time() - episode["started"]) * 1000},
         ))
+
+    def play(self, agent: Agent, spec: EpisodeSpec, agent_id: str) -> None:
+        play_episode(self, agent, seed=spec.seed, agent_id=agent_id, **dict(spec.options))
 
     def close(self) -> None:
         try:
@@ -209,5 +241,6 @@ class _RemoteSession:
             self._http.close()
 
 
-def _remote_sessions(urls: list[str], logger: EpisodeLogger, source: str) -> Callable[[int], _RemoteSession]:
-    return lambda index: _RemoteSession(urls[index % len(urls)], logger, source)
+def remote_sessions(urls: list[str], logger: EpisodeLogger | None, source: str) -> Callable[[int], RemoteSession]:
+    """A factory of WebSocket sessions spread round-robin over ``urls``."""
+    return lambda index: RemoteSession(urls[index % len(urls)], logger, source)

@@ -11,9 +11,6 @@ leaves it as ``episodes.jsonl.gz``, which a later run unpacks and resumes), ``su
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -41,6 +38,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--n", type=int, help="number of scenarios (default: the whole split)")
     e.add_argument("--out", required=True, help="output folder")
     e.add_argument("--parallel", type=int, default=1, help="sessions played at once (default 1)")
+    e.add_argument("--max-steps", type=int, help="step budget per episode (default: the server's, 30)")
     e.add_argument("--url", action="append", default=[], help="play against this server (repeat for several replicas)")
     e.add_argument("--cache", help="scenario cache (default: the newest shipped one)")
     e.add_argument("--compress", action="store_true",
@@ -66,62 +64,33 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from envcore.agents.catalog import LLMOptions, agent_factory
-    from envcore.agents.evaluate import evaluation_episodes, render_report, scenario_domains, summarize
-    from envcore.agents.rollouts import run_rollouts
+    from envcore.agents.catalog import LLMOptions
+    from envcore.agents.eval_run import EvaluationError, evaluate_into
+    from envcore.agents.evaluate import evaluation_episodes
     from envcore.cache import ScenarioCache
-    from envcore.env.episode_log import read_episodes
 
     if args.n is not None and args.n < 1 or args.parallel < 1:
         raise SystemExit("--n and --parallel must be at least 1")
     if args.max_new_tokens is not None and args.max_new_tokens < 1 or args.temperature < 0:
         raise SystemExit("--max-new-tokens must be at least 1 and --temperature at least 0")
+    if args.max_steps is not None and not 1 <= args.max_steps <= 200:
+        raise SystemExit("--max-steps must be between 1 and 200")
     cache = ScenarioCache.open(args.cache)
-    split = None if args.split == "any" else args.split
-    episodes = evaluation_episodes(cache, split=split, n=args.n)
-    if not episodes:
-        raise SystemExit(f"no scenarios in split {args.split!r} of {cache.root}")
+    total = len(evaluation_episodes(cache, split=None if args.split == "any" else args.split, n=args.n))
     llm = LLMOptions(model=args.model, adapter=args.adapter, max_new_tokens=args.max_new_tokens,
                      temperature=args.temperature, base_url=args.base_url)
     try:
-        factory, agent_id = agent_factory(args.agent, cache=cache, llm=llm, agent_id=args.name)
-    except (ValueError, OSError) as exc:
-        raise SystemExit(f"cannot build the {args.agent} agent: {exc}") from None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "episodes.jsonl"
-    packed = out / "episodes.jsonl.gz"
-    if packed.exists():  # resume from a compressed run: unpack it first
-        if log.exists():
-            raise SystemExit(f"{out} holds both episodes.jsonl and episodes.jsonl.gz; keep one")
-        with gzip.open(packed, "rb") as source, open(log, "wb") as target:
-            shutil.copyfileobj(source, target)
-        packed.unlink()
-
-    runtime = None
-    if not args.url:
-        from envcore.env.environment import Runtime
-        from envcore.env.sampler import CurriculumSampler
-
-        runtime = Runtime.from_environ(sampler=CurriculumSampler(cache))
-    with progress_bar(len(episodes), f"eval {agent_id}") as update:
-        result = run_rollouts(factory, episodes, log=log, parallel=args.parallel, urls=args.url or None,
-                              runtime=runtime, agent_id=agent_id, source="evaluation", progress=update)
-    records = [r for r in read_episodes(log) if r.agent_id == agent_id]
-    summary = summarize(records, domains=scenario_domains(cache))
-    summary["run"] = {"agent": agent_id, "kind": args.agent, "model": args.model, "adapter": args.adapter,
-                      "split": args.split, "n": len(episodes), "cache": cache.root.name,
-                      "played": result.played, "resumed": result.skipped, "failed": result.failed}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "report.md").write_text(render_report(summary, title=f"{agent_id} on {args.split} ({cache.root.name})"))
-    if args.compress:
-        with open(log, "rb") as source, gzip.open(packed, "wb", compresslevel=9) as target:
-            shutil.copyfileobj(source, target)
-        log.unlink()
+        with progress_bar(max(total, 1), f"eval {args.name or args.agent}") as update:
+            run = evaluate_into(args.out, args.agent, cache=cache, split=args.split, n=args.n, llm=llm, name=args.name,
+                                parallel=args.parallel, urls=args.url or None, max_steps=args.max_steps,
+                                compress=args.compress, progress=update)
+    except EvaluationError as exc:
+        raise SystemExit(str(exc)) from None
+    summary, result = run.summary, run.result
     overall = summary["overall"]
-    print(f"{agent_id}: {summary['episodes']} episodes ({result.played} played, {result.skipped} resumed, "
+    print(f"{run.agent_id}: {summary['episodes']} episodes ({result.played} played, {result.skipped} resumed, "
           f"{len(result.failed)} failed); full fix {overall['full_fix']['mean']:.1%}, "
-          f"mean reward {overall['reward']['mean']:+.3f}; report: {out / 'report.md'}")
+          f"mean reward {overall['reward']['mean']:+.3f}; report: {run.folder / 'report.md'}")
     for failure in result.failed[:10]:
         print(f"  failed: {failure}", file=sys.stderr)
     return 1 if result.failed else 0

@@ -172,11 +172,25 @@ class Reply(_Tool):
     text: str = Field(max_length=LIMITS["reply_chars"])
 
 
+class OutOfBudget(_Tool):
+    """For harnesses with a budget of their own (a training run's tokens per episode, a deadline):
+    theirs ran out before the step budget did. The episode ends the way running out of steps ends
+    it: the app as it is now is submitted, and the budget cost is charged, so running a harness out
+    of tokens never pays better than running out of steps. Not a tool: agents are not told about
+    it, it is not an MCP tool, and a reply cannot carry it."""
+
+    tool: Literal["out_of_budget"] = "out_of_budget"
+    read_only: ClassVar[bool] = False
+    budget: str = Field(default="tokens", min_length=1, max_length=64)
+    """Which budget ran out, for the record."""
+
+
 TOOL_MODELS: tuple[type[_Tool], ...] = (ListFiles, ReadFile, SearchCode, HttpRequestTool, ApplyPatch, EditFile,
                                         RunTests, ViewDiff, Submit)
 TOOL_NAMES: tuple[str, ...] = tuple(m.model_fields["tool"].default for m in TOOL_MODELS)
-WIRE_MODELS: tuple[type[_Tool], ...] = (*TOOL_MODELS, Reply)
-"""What a step may carry: a tool call, or a model's reply to read one from."""
+WIRE_MODELS: tuple[type[_Tool], ...] = (*TOOL_MODELS, Reply, OutOfBudget)
+"""What a step may carry: a tool call, a model's reply to read one from, or a harness's own budget
+running out."""
 ToolAction = Annotated[Union[tuple(WIRE_MODELS)], Field(discriminator="tool")]  # type: ignore[valid-type]
 _adapter: TypeAdapter = TypeAdapter(ToolAction)
 

@@ -160,6 +160,8 @@ class A01Environment(MCPEnvironment):
         self._episode_meta: dict[str, Any] = {}
         self._reset_ms = 0.0
         self._lock = threading.RLock()
+        self.closed = False
+        """Set by :meth:`close` (the server counts the sessions still open)."""
 
     # ----- OpenEnv API -------------------------------------------------------------------------
     def reset(self, seed: int | None = None, episode_id: str | None = None, *, split: str | None = DEFAULT_SPLIT,
@@ -237,6 +239,7 @@ class A01Environment(MCPEnvironment):
     def close(self) -> None:
         with self._lock:
             self._finish("abandoned")
+            self.closed = True
         super().close()
 
     # ----- episode records ---------------------------------------------------------------------

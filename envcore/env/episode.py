@@ -10,6 +10,8 @@ action and returns an :class:`~envcore.env.actions.A01Observation`:
   user) comes back as an observation with ``error`` set, and the episode goes on;
 * a ``reply`` action carries a model's raw text: the action in it is read and run as the step, and a
   reply with no readable action (a format error) is an invalid action like any other;
+* an ``out_of_budget`` action (a harness whose own token budget ran out) ends the episode as running
+  out of steps does: the app is submitted with the budget cost;
 * intermediate observations carry no reward signal (``reward`` is always 0); hidden probes run only at
   submit, and even then the observation reports them only as counts, so a scenario's hidden suite
   never leaks to an agent that plays it again;
@@ -40,6 +42,7 @@ from envcore.env.actions import (
     LIMITS,
     ListFiles,
     ReadFile,
+    OutOfBudget,
     Reply,
     RunTests,
     SearchCode,
@@ -130,9 +133,14 @@ class Episode:
                     raise ActionError(f"format error: {read.error}")
                 tool_name = read.action["tool"]
                 parsed = parse_action(read.action)
-                if isinstance(parsed, Reply):
-                    raise ActionError("a reply must contain a tool call, not another reply")
-            observation = self._dispatch(parsed)
+                if isinstance(parsed, (Reply, OutOfBudget)):
+                    raise ActionError(f"a reply must contain a tool call, not {tool_name!r}")
+            if isinstance(parsed, OutOfBudget):
+                self.budget_exhausted = True
+                observation = self._submit(note=f"The harness's {parsed.budget} budget ran out: the app as it is now "
+                                                "was submitted.")
+            else:
+                observation = self._dispatch(parsed)
         except ValidationError as exc:
             self.invalid_actions += 1
             observation = self._observe(tool_name if isinstance(tool_name, str) else None, None,

@@ -130,9 +130,12 @@ def app_loads(x: RewardInputs) -> tuple[float, float, str]:
 
 
 def steps_used(x: RewardInputs) -> tuple[float, float, str]:
-    """A small cost per step, so a shorter episode with the same patch always earns more."""
+    """A small cost per step, so a shorter episode with the same patch always earns more. An episode
+    that ran out of a budget (steps, or a harness's tokens) is charged the whole step budget, so
+    running a harness out of tokens early never costs less than running out of steps."""
     budget = max(x.max_steps, 1)
-    return -STEP_COST_MAX * min(x.steps_used, budget) / budget, float(x.steps_used), f"{x.steps_used}/{budget} steps"
+    charged = budget if x.budget_exhausted else min(x.steps_used, budget)
+    return -STEP_COST_MAX * charged / budget, float(x.steps_used), f"{x.steps_used}/{budget} steps"
 
 
 def invalid_actions(x: RewardInputs) -> tuple[float, float, str]:
@@ -150,9 +153,9 @@ def diff_size(x: RewardInputs) -> tuple[float, float, str]:
 
 
 def budget_exhausted(x: RewardInputs) -> tuple[float, float, str]:
-    """A cost for running out of steps instead of submitting."""
+    """A cost for running out of steps (or a harness's token budget) instead of submitting."""
     if x.budget_exhausted:
-        return -BUDGET_EXHAUSTED_COST, 1.0, "the step budget ran out; what was there was submitted"
+        return -BUDGET_EXHAUSTED_COST, 1.0, "the budget ran out; what was there was submitted"
     return 0.0, 0.0, "submitted within the budget"
 
 

@@ -3,7 +3,9 @@ read-only scenario catalog.
 
 ``create_env_app()`` builds it with :func:`openenv.core.env_server.http_server.create_app`, so the
 routes are OpenEnv's own (``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/metadata``,
-``/health``, ``/mcp``); the catalog adds ``/scenarios`` and ``/scenarios/{id}`` (public views only).
+``/health``, ``/mcp``); the catalog adds ``/scenarios`` and ``/scenarios/{id}`` (public views only), and
+``/capacity`` says how many sessions the server takes and how many are open (what a trainer checks
+before it opens one session per rollout of its generation batch).
 ``max_concurrent_envs`` (``A01_MAX_SESSIONS``, default 64) bounds the WebSocket sessions; idle
 sessions are closed after ``A01_SESSION_TIMEOUT_S`` (default 900 s). The sandbox gets worker slots
 for every session (two each: its live app and a verification; ``A01_SANDBOX_WORKERS`` overrides). ``POST /reset`` with options
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,8 +56,12 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
                 raise ValueError(f"A01_SANDBOX_WORKERS must be a positive integer, not {workers!r}")
             runtime.sandbox_workers = int(workers)
 
+    live: weakref.WeakSet[A01Environment] = weakref.WeakSet()
+
     def make_env() -> A01Environment:
-        return A01Environment(runtime)
+        env = A01Environment(runtime)
+        live.add(env)
+        return env
 
     app = create_app(
         make_env, A01Action, A01Observation, env_name="a01_repair_gym", state_cls=A01State,
@@ -64,6 +71,13 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
     app.add_exception_handler(RequestValidationError, _request_invalid)
     app.add_exception_handler(HTTPException, _http_error)
     app.include_router(catalog_router(runtime.cache, health=False))
+
+    @app.get("/capacity", tags=["catalog"])
+    def capacity() -> dict[str, int]:
+        """Concurrent sessions: the most this server takes, how many are open, how many are free."""
+        active = sum(1 for env in list(live) if not env.closed)
+        return {"max_sessions": sessions, "active_sessions": active, "available": max(sessions - active, 0)}
+
     return app
 
 

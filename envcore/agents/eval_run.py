@@ -1,0 +1,88 @@
+"""One evaluation run into a folder: what ``python -m envcore eval`` does, callable from code.
+
+:func:`evaluate_into` plays an agent on the first ``n`` scenarios of a split (the same ones for every
+agent, so runs pair up), resumably, and writes ``episodes.jsonl`` (optionally compressed to
+``episodes.jsonl.gz``), ``summary.json`` (with a ``run`` block saying what was played: agent, kind,
+model, adapter, split, cache, step budget) and ``report.md``. The training pipeline evaluates its
+adapter with it, so a trained model's evaluation has exactly the shape of every shipped one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from envcore.agents.catalog import LLMOptions, agent_factory
+from envcore.agents.evaluate import evaluation_episodes, render_report, scenario_domains, summarize
+from envcore.agents.rollouts import EpisodeSpec, RolloutResult, run_rollouts
+
+
+class EvaluationError(ValueError):
+    """The evaluation cannot run as asked (no scenarios, an agent that cannot be built, ...)."""
+
+
+@dataclass
+class EvaluationRun:
+    summary: dict[str, Any]
+    result: RolloutResult
+    agent_id: str
+    folder: Path
+    failed: list[str] = field(default_factory=list)
+
+
+def unpack_log(out: Path) -> Path:
+    """``out/episodes.jsonl``, unpacked first from ``episodes.jsonl.gz`` when only that exists (resume)."""
+    log, packed = out / "episodes.jsonl", out / "episodes.jsonl.gz"
+    if packed.exists():
+        if log.exists():
+            raise EvaluationError(f"{out} holds both episodes.jsonl and episodes.jsonl.gz; keep one")
+        with gzip.open(packed, "rb") as source, open(log, "wb") as target:
+            shutil.copyfileobj(source, target)
+        packed.unlink()
+    return log
+
+
+def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test", n: int | None = None,
+                  llm: LLMOptions = LLMOptions(), name: str | None = None, parallel: int = 1,
+                  urls: list[str] | None = None, max_steps: int | None = None, compress: bool = False,
+                  progress: Callable[[int], None] | None = None, title: str | None = None) -> EvaluationRun:
+    """Evaluate ``agent`` into ``out``; see the module docstring."""
+    from envcore.env.episode_log import read_episodes
+
+    split_filter = None if split == "any" else split
+    episodes = evaluation_episodes(cache, split=split_filter, n=n)
+    if not episodes:
+        raise EvaluationError(f"no scenarios in split {split!r} of {cache.root}")
+    if max_steps is not None:
+        episodes = [EpisodeSpec.of(e.seed, scenario=e.scenario, max_steps=max_steps) for e in episodes]
+    try:
+        factory, agent_id = agent_factory(agent, cache=cache, llm=llm, agent_id=name)
+    except (ValueError, OSError) as exc:
+        raise EvaluationError(f"cannot build the {agent} agent: {exc}") from None
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = unpack_log(out)
+    runtime = None
+    if not urls:
+        from envcore.env.environment import Runtime
+        from envcore.env.sampler import CurriculumSampler
+
+        runtime = Runtime.from_environ(sampler=CurriculumSampler(cache))
+    result = run_rollouts(factory, episodes, log=log, parallel=parallel, urls=urls or None, runtime=runtime,
+                          agent_id=agent_id, source="evaluation", progress=progress)
+    records = [r for r in read_episodes(log) if r.agent_id == agent_id]
+    summary = summarize(records, domains=scenario_domains(cache))
+    summary["run"] = {"agent": agent_id, "kind": agent, "model": llm.model, "adapter": llm.adapter,
+                      "split": split, "n": len(episodes), "cache": cache.root.name, "max_steps": max_steps,
+                      "played": result.played, "resumed": result.skipped, "failed": result.failed}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "report.md").write_text(render_report(summary, title=title or f"{agent_id} on {split} ({cache.root.name})"))
+    if compress:
+        with open(log, "rb") as source, gzip.open(out / "episodes.jsonl.gz", "wb", compresslevel=9) as target:
+            shutil.copyfileobj(source, target)
+        log.unlink()
+    return EvaluationRun(summary, result, agent_id, out, result.failed)

@@ -1,0 +1,218 @@
+"""The training configuration: one YAML file describes a whole run, validated before anything loads.
+
+``python -m envcore train --config configs/<name>.yaml`` reads it with :func:`load_config`. Every
+section forbids unknown keys, so a typo is an error naming the key, not a silently ignored setting.
+Relative paths are relative to the working directory (the repository root in the README's
+commands). ``{name}`` in an output path is replaced by the run's name.
+
+Sections:
+
+* ``model``: the base model (folder or hub name), its dtype and an optional chat-template override;
+* ``lora``: the PEFT LoRA adapter that is trained (rank, alpha, dropout, target modules);
+* ``episodes``: how episodes are played during training: split, per-episode step budget, tokens per
+  turn, the completion budget (model and environment tokens of one episode together), and the
+  curriculum (stages of tiers, in order, each with a number of episode groups);
+* ``environment``: in process (no ``urls``) or against running servers; the scenario cache and a
+  sampling-weights file (what the feedback loop writes);
+* ``grpo``: the GRPO settings handed to TRL's ``GRPOConfig`` (plus ``extra`` for any other of its
+  fields);
+* ``tracking``: the Trackio project and folder (local; nothing is synced unless ``space_id`` is set);
+* ``output``: where the adapter and the run's records go;
+* ``evaluation``: the held-out evaluation run after training (the adapter and the base model on the
+  same scenarios, and a comparison with a shipped baseline run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    name_or_path: str = Field(min_length=1)
+    """A local folder or a hub name (hub names need network access when the run starts)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """``auto``: bfloat16 on a GPU, float32 on a CPU."""
+    chat_template: str | None = None
+    """A Jinja chat template that replaces the tokenizer's (it must be prefix-preserving; see
+    :mod:`envcore.training.turns`)."""
+
+
+class LoraSection(_Section):
+    r: int = Field(default=16, ge=1, le=512)
+    alpha: int = Field(default=32, ge=1)
+    dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+
+
+class CurriculumStage(_Section):
+    tiers: list[Literal[1, 2, 3]] = Field(min_length=1)
+    groups: int = Field(ge=1)
+    """Episode groups drawn for this stage; each group is one scenario played ``num_generations`` times."""
+
+
+class EpisodesSection(_Section):
+    split: Literal["train", "val", "test", "any"] = "train"
+    max_steps: int = Field(default=12, ge=1, le=200)
+    """The environment's step budget per episode."""
+    max_new_tokens: int = Field(default=512, ge=1)
+    """Tokens the model may write in one turn."""
+    completion_budget: int = Field(default=4096, ge=8)
+    """Tokens of one episode after its first prompt: every reply and every observation. When the next
+    turn would not fit, the episode is submitted as it stands (like running out of steps)."""
+    curriculum: list[CurriculumStage] = Field(min_length=1)
+    seed: int = Field(default=0, ge=0)
+    bug_classes: list[str] | None = None
+    """Only these bug classes (default: all)."""
+
+
+class EnvironmentSection(_Section):
+    urls: list[str] = Field(default_factory=list)
+    """Servers to play against (sessions spread round-robin); empty: in process."""
+    cache: str | None = None
+    """The scenario cache (default: the newest shipped one)."""
+    weights: str | None = None
+    """A sampling-weights file for the curriculum sampler (``feedback plan`` writes one)."""
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"a server URL starts with http:// or https://, not {url!r}")
+        return [u.rstrip("/") for u in value]
+
+
+class GrpoSection(_Section):
+    num_generations: int = Field(default=8, ge=2)
+    per_device_train_batch_size: int = Field(default=8, ge=1)
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    max_steps: int = Field(default=200, ge=1)
+    learning_rate: float = Field(default=1e-5, gt=0)
+    temperature: float = Field(default=1.0, gt=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    beta: float = Field(default=0.0, ge=0)
+    """KL coefficient (0: no reference model, as in DAPO/Dr. GRPO)."""
+    loss_type: str = "dapo"
+    logging_steps: int = Field(default=1, ge=1)
+    save_steps: int = Field(default=0, ge=0)
+    """Checkpoint every so many steps (0: only the final adapter)."""
+    seed: int = 0
+    gradient_checkpointing: bool = False
+    use_vllm: bool = False
+    vllm_mode: Literal["server", "colocate"] = "server"
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Any other ``GRPOConfig`` field, passed through as is."""
+
+    @model_validator(mode="after")
+    def _batch(self) -> "GrpoSection":
+        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if batch % self.num_generations:
+            raise ValueError(f"the generation batch (per_device_train_batch_size x gradient_accumulation_steps = {batch}) "
+                             f"must be a multiple of num_generations ({self.num_generations})")
+        return self
+
+    @property
+    def generation_batch(self) -> int:
+        """Episodes played per generation round (one environment session each)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+
+class TrackingSection(_Section):
+    project: str = "a01-repair-gym"
+    dir: str = "artifacts/trackio"
+    """``TRACKIO_DIR``: one SQLite file per project."""
+    space_id: str | None = None
+    """A Hugging Face Space to sync the metrics to; ``None`` keeps them local."""
+
+
+class OutputSection(_Section):
+    adapter_dir: str = "artifacts/adapters/{name}"
+    run_dir: str = "artifacts/training/{name}"
+    """The run's training episode log, timing summary, resolved config and evaluation."""
+    overwrite: bool = False
+    """Replace an existing adapter folder of the same name."""
+
+
+class EvaluationSection(_Section):
+    enabled: bool = True
+    split: str = "test"
+    n: int = Field(default=64, ge=1)
+    max_steps: int = Field(default=30, ge=1, le=200)
+    max_new_tokens: int = Field(default=512, ge=1)
+    parallel: int = Field(default=4, ge=1)
+    base_model: bool = True
+    """Also evaluate the base model without the adapter on the same scenarios (the paired comparison)."""
+    baselines: list[str] = Field(default_factory=lambda: ["artifacts/evals/v1/heuristic"])
+    """Shipped evaluation folders to compare the adapter with (paired on common scenarios)."""
+
+
+class TrainConfig(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    description: str = ""
+    model: ModelSection
+    lora: LoraSection = LoraSection()
+    episodes: EpisodesSection
+    environment: EnvironmentSection = EnvironmentSection()
+    grpo: GrpoSection = GrpoSection()
+    tracking: TrackingSection = TrackingSection()
+    output: OutputSection = OutputSection()
+    evaluation: EvaluationSection = EvaluationSection()
+
+    @model_validator(mode="after")
+    def _budget(self) -> "TrainConfig":
+        if self.episodes.max_new_tokens > self.episodes.completion_budget:
+            raise ValueError(f"episodes.max_new_tokens ({self.episodes.max_new_tokens}) exceeds "
+                             f"episodes.completion_budget ({self.episodes.completion_budget})")
+        return self
+
+    def path(self, template: str) -> Path:
+        return Path(template.replace("{name}", self.name))
+
+    @property
+    def adapter_dir(self) -> Path:
+        return self.path(self.output.adapter_dir)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path(self.output.run_dir)
+
+    def episode_groups(self) -> int:
+        return sum(stage.groups for stage in self.episodes.curriculum)
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message names the file and the field."""
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read and validate ``path``; ``overrides`` maps dotted keys (``grpo.max_steps``) to values."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of sections (name, model, episodes, ...)")
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {dotted}: {key} is not a section")
+        node[leaf] = value
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from None

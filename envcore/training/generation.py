@@ -1,0 +1,106 @@
+"""Generation backends for training rollouts: one batched call per turn of every live episode.
+
+The rollout function asks for one reply per live episode at each turn, all at once, so the model
+generates a batch the size of the generation batch (minus finished episodes), not one sequence at
+a time. Two backends:
+
+* :class:`TransformersGeneration`: the policy being trained, through ``generate`` (left-padded
+  batch, sampling with the trainer's temperature / top-p / top-k). Works on a CPU; what tests use.
+* :class:`VLLMServerGeneration`: a ``trl vllm-serve`` server through the trainer's own client
+  (``trainer.vllm_generation.vllm_client``); TRL pushes the new LoRA weights to it before each
+  rollout. It also returns the sampled tokens' log-probabilities, which TRL uses for its
+  importance-sampling correction.
+
+Each returns, per prompt, the generated ids cut at the first end-of-turn token (kept) or at that
+prompt's own token budget, and their log-probabilities where the backend has them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Generated:
+    ids: list[int]
+    logprobs: list[float] | None = None
+
+
+def _cut(ids: list[int], budget: int, eos: set[int]) -> list[int]:
+    ids = ids[:budget]
+    for index, token in enumerate(ids):
+        if token in eos:
+            return ids[: index + 1]
+    return ids
+
+
+class TransformersGeneration:
+    """Generate with the trainer's (PEFT-wrapped) model."""
+
+    def __init__(self, trainer: Any, tokenizer: Any) -> None:
+        self.trainer, self.tokenizer = trainer, tokenizer
+        eos = tokenizer.eos_token_id
+        self.eos = {eos} if isinstance(eos, int) else set(eos or ())
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos)
+
+    def generate(self, prompts: list[list[int]], budgets: list[int]) -> list[Generated]:
+        import torch
+        from transformers import GenerationConfig
+        from trl.models import unwrap_model_for_generation
+
+        trainer = self.trainer
+        args = trainer.args
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt):] = 1
+        config = GenerationConfig(
+            max_new_tokens=max(budgets), do_sample=True, temperature=args.temperature, top_p=args.top_p,
+            top_k=args.top_k if args.top_k else None, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+            pad_token_id=self.pad, eos_token_id=sorted(self.eos), bos_token_id=self.tokenizer.bos_token_id,
+        )
+        device = trainer.accelerator.device
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model, torch.no_grad():
+            output = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+        new = output[:, width:].tolist()
+        return [Generated(_cut(row, budget, self.eos)) for row, budget in zip(new, budgets)]
+
+
+class VLLMServerGeneration:
+    """Generate with a ``trl vllm-serve`` server (``grpo.use_vllm: true``, ``vllm_mode: server``)."""
+
+    def __init__(self, trainer: Any, tokenizer: Any, client: Any = None) -> None:
+        self.trainer = trainer
+        self.client = client if client is not None else trainer.vllm_generation.vllm_client
+        eos = tokenizer.eos_token_id
+        self.eos = {eos} if isinstance(eos, int) else set(eos or ())
+
+    def generate(self, prompts: list[list[int]], budgets: list[int]) -> list[Generated]:
+        args = self.trainer.args
+        output = self.client.generate(
+            prompts=prompts, n=1, repetition_penalty=args.repetition_penalty, temperature=args.temperature,
+            top_p=args.top_p, top_k=args.top_k or 0, min_p=args.min_p or 0.0, max_tokens=max(budgets), logprobs=0,
+        )
+        out = []
+        for row, budget in enumerate(budgets):
+            ids = _cut(list(output["completion_ids"][row]), budget, self.eos)
+            logprobs = None
+            if output.get("logprobs") is not None:
+                # one entry per token: the sampled token's log-probability (first of the top-k list)
+                raw = output["logprobs"][row][: len(ids)]
+                logprobs = [float(lp[0]) if isinstance(lp, (list, tuple)) else float(lp) for lp in raw]
+            out.append(Generated(ids, logprobs))
+        return out
+
+
+def generation_backend(trainer: Any, tokenizer: Any) -> TransformersGeneration | VLLMServerGeneration:
+    """The backend the trainer's settings ask for."""
+    if getattr(trainer.args, "use_vllm", False):
+        if trainer.args.vllm_mode != "server":
+            raise ValueError("multi-turn rollouts generate turn by turn through a vLLM server: set grpo.vllm_mode: server "
+                             "(and start it with `trl vllm-serve --model ...`)")
+        return VLLMServerGeneration(trainer, tokenizer)
+    return TransformersGeneration(trainer, tokenizer)

@@ -1,0 +1,346 @@
+"""``train(config)``: GRPO + LoRA against the environment, then the held-out evaluation of the adapter.
+
+The steps, in order (each fails early with a clear message):
+
+1. **Tracking**: ``TRACKIO_DIR`` is set to ``tracking.dir`` before Trackio is imported (it reads the
+   variable once); metrics stay in that folder unless ``tracking.space_id`` is set.
+2. **Environment**: in process, one runtime whose sandbox is started and sized for the generation
+   batch before training starts; or the servers in ``environment.urls``, each asked (``/capacity``)
+   whether it can hold its share of the batch's sessions, and whether it serves the same cache.
+3. **Episodes**: the curriculum's episode keys (:mod:`envcore.training.episodes`).
+4. **Model**: the base model and tokenizer (left padding; the tokenizer's chat template or the
+   config's), wrapped by TRL with the LoRA ``peft_config``.
+5. **GRPO**: ``GRPOTrainer`` with :class:`~envcore.training.rollout.EpisodeRollout` as its
+   ``rollout_func`` and :func:`~envcore.training.rollout.environment_reward` as its reward, reporting
+   to Trackio; :class:`~envcore.training.metrics.StepTimer` times every step.
+6. **Adapter**: saved in PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``) with
+   the tokenizer, the resolved config (``train_config.yaml``) and a model card, in ``output.adapter_dir``.
+7. **Summary**: ``<run_dir>/training.json`` (seconds per step, the environment's share, the metrics
+   of the last step) and the same figures printed.
+8. **Evaluation** (``evaluation.enabled``): the adapter, and the base model alone, on the same
+   held-out scenarios (``<run_dir>/eval/trained`` and ``eval/base``), then paired comparisons with the
+   base model and with every configured baseline run (``<run_dir>/comparison.md`` and ``.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from envcore.training.config import TrainConfig
+
+Say = Callable[[str], None]
+
+
+def _print(message: str) -> None:
+    print(message, flush=True)
+
+
+@dataclass
+class TrainingResult:
+    adapter_dir: Path
+    run_dir: Path
+    timing: dict[str, Any]
+    last_metrics: dict[str, float]
+    evaluation: dict[str, Any] = field(default_factory=dict)
+
+
+class TrainingError(RuntimeError):
+    """The run cannot start or finish as configured; the message says what to change."""
+
+
+def use_tracking_dir(folder: str | Path) -> Path:
+    """Point Trackio at ``folder``. It reads ``TRACKIO_DIR`` when first imported, so this must run
+    before anything imports it (transformers does when the trainer starts)."""
+    folder = Path(folder).resolve()
+    if "trackio" in sys.modules:
+        current = os.environ.get("TRACKIO_DIR")
+        if current is None or Path(current).resolve() != folder:
+            raise TrainingError(f"trackio was imported before TRACKIO_DIR was set to {folder}; run training in a fresh "
+                                "process (python -m envcore train ...)")
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["TRACKIO_DIR"] = str(folder)
+    return folder
+
+
+def _sessions(config: TrainConfig, cache: Any, run_dir: Path, agent_id: str, say: Say) -> Callable[[int], Any]:
+    from envcore.agents.rollouts import local_sessions, remote_sessions
+    from envcore.env.episode_log import EpisodeLogger
+    from envcore.training.rollout import check_capacity
+
+    logger = EpisodeLogger(run_dir / "episodes.jsonl")
+    batch = config.grpo.generation_batch
+    urls = config.environment.urls
+    if urls:
+        import httpx
+
+        for url in urls:
+            try:
+                health = httpx.get(f"{url}/scenarios", params={"limit": 1}, timeout=10)
+                health.raise_for_status()
+            except httpx.HTTPError as exc:
+                raise TrainingError(f"cannot reach {url}: {exc}") from None
+        check_capacity(urls, batch)
+        say(f"environment: {len(urls)} server(s), {batch} sessions")
+        return remote_sessions(urls, logger, "training")
+    from envcore.env.environment import Runtime
+    from envcore.env.sampler import CurriculumSampler, SamplingWeights
+
+    weights = SamplingWeights.load(config.environment.weights) if config.environment.weights else None
+    runtime = Runtime.from_environ(sampler=CurriculumSampler(cache, weights), sessions=batch)
+    started = time.perf_counter()
+    runtime.get_sandbox()  # started now, sized for the batch, so the first step does not pay for it
+    say(f"environment: in process, {batch} sessions, sandbox ready in {time.perf_counter() - started:.1f} s")
+    return local_sessions(runtime, logger, "training")
+
+
+def _dtype(config: TrainConfig) -> Any:
+    import torch
+
+    if config.model.dtype == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return getattr(torch, config.model.dtype)
+
+
+def _grpo_args(config: TrainConfig, run_dir: Path) -> Any:
+    import torch
+    from trl import GRPOConfig
+
+    g = config.grpo
+    cuda = torch.cuda.is_available()
+    values: dict[str, Any] = {
+        "output_dir": str(run_dir / "checkpoints"),
+        "max_steps": g.max_steps,
+        "per_device_train_batch_size": g.per_device_train_batch_size,
+        "gradient_accumulation_steps": g.gradient_accumulation_steps,
+        "num_generations": g.num_generations,
+        "learning_rate": g.learning_rate,
+        "temperature": g.temperature,
+        "top_p": g.top_p,
+        "beta": g.beta,
+        "loss_type": g.loss_type,
+        "max_completion_length": config.episodes.completion_budget,
+        "logging_steps": g.logging_steps,
+        "save_strategy": "steps" if g.save_steps else "no",
+        "save_steps": g.save_steps or 500,
+        "seed": g.seed,
+        "shuffle_dataset": False,  # the curriculum's order is the point
+        "gradient_checkpointing": g.gradient_checkpointing,
+        "use_vllm": g.use_vllm,
+        "vllm_mode": g.vllm_mode,
+        "bf16": cuda and config.model.dtype in ("auto", "bfloat16"),
+        "use_cpu": not cuda,
+        "report_to": "trackio",
+        "project": config.tracking.project,
+        "run_name": config.name,
+        "trackio_space_id": config.tracking.space_id,
+        "trackio_static_space_id": False if config.tracking.space_id is None else None,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+    }
+    values.update(g.extra)
+    return GRPOConfig(**values)
+
+
+MODEL_CARD = """---
+library_name: peft
+base_model: {base}
+tags: [a01-repair-gym, grpo, lora, trl]
+---
+# {name}
+
+A LoRA adapter for `{base}`, trained with GRPO (TRL) on episodes of the A01 repair gym: repairing
+Broken Access Control bugs in generated FastAPI apps, with the environment's own reward.
+
+{description}
+
+* Steps: {steps} GRPO steps; generation batch {batch} ({num_generations} rollouts per scenario)
+* Episodes: split `{split}`, step budget {max_steps}, {max_new_tokens} tokens per turn, completion budget {budget}
+* Curriculum: {curriculum}
+* Config: `train_config.yaml` in this folder (`python -m envcore train --config train_config.yaml` repeats the run)
+
+Evaluate it with `python -m envcore eval --agent transformers --adapter <this folder>`.
+"""
+
+
+def save_adapter(trainer: Any, tokenizer: Any, config: TrainConfig, folder: Path) -> None:
+    if folder.exists():
+        if not config.output.overwrite:
+            raise TrainingError(f"{folder} exists; set output.overwrite: true or choose another name")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    trainer.model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "train_config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    curriculum = "; ".join(f"tiers {list(s.tiers)} x {s.groups} groups" for s in config.episodes.curriculum)
+    (folder / "README.md").write_text(MODEL_CARD.format(
+        base=config.model.name_or_path, name=config.name, description=config.description.strip(),
+        steps=config.grpo.max_steps, batch=config.grpo.generation_batch, num_generations=config.grpo.num_generations,
+        split=config.episodes.split, max_steps=config.episodes.max_steps, max_new_tokens=config.episodes.max_new_tokens,
+        budget=config.episodes.completion_budget, curriculum=curriculum))
+
+
+def last_metrics(log_history: list[dict[str, Any]]) -> dict[str, float]:
+    """The last logged value of every metric (the Trainer's own log history)."""
+    out: dict[str, float] = {}
+    for entry in log_history:
+        for key, value in entry.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = float(value)
+    return out
+
+
+def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
+    """Run the whole pipeline of the module docstring; return where things went and the figures."""
+    use_tracking_dir(config.tracking.dir)
+    from envcore.cache import ScenarioCache
+    from envcore.training.episodes import episode_dataset, episode_keys
+    from envcore.env.sampler import CurriculumSampler, SamplingWeights
+
+    run_dir = config.run_dir
+    if config.adapter_dir.exists() and not config.output.overwrite:
+        raise TrainingError(f"{config.adapter_dir} exists; set output.overwrite: true or choose another name")
+    if run_dir.exists() and config.output.overwrite:
+        shutil.rmtree(run_dir)
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise TrainingError(f"{run_dir} exists and is not empty; set output.overwrite: true or choose another name")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cache = ScenarioCache.open(config.environment.cache)
+    if config.environment.urls:
+        _same_cache(config.environment.urls, cache)
+    weights = SamplingWeights.load(config.environment.weights) if config.environment.weights else None
+    split = None if config.episodes.split == "any" else config.episodes.split
+    keys = episode_keys(CurriculumSampler(cache, weights), config.episodes.curriculum, split=split,
+                        seed=config.episodes.seed, bug_classes=config.episodes.bug_classes)
+    say(f"episodes: {len(keys)} scenario groups from cache {cache.root.name} ({config.episodes.split} split), "
+        f"tiers in curriculum order")
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from envcore.training.generation import generation_backend
+    from envcore.training.metrics import StepTimer
+    from envcore.training.rollout import EpisodeRollout, environment_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(config.model.name_or_path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if config.model.chat_template:
+        tokenizer.chat_template = config.model.chat_template
+    model = AutoModelForCausalLM.from_pretrained(config.model.name_or_path, dtype=_dtype(config))
+    agent_id = f"llm:{Path(config.model.name_or_path).name}+{config.name}"
+    session_factory = _sessions(config, cache, run_dir, f"{agent_id}@train", say)
+    rollout = EpisodeRollout(
+        session_factory=session_factory, tokenizer=tokenizer, max_steps=config.episodes.max_steps,
+        max_new_tokens=config.episodes.max_new_tokens, completion_budget=config.episodes.completion_budget,
+        agent_id=f"{agent_id}@train", generator=lambda trainer: generation_backend(trainer, tokenizer),
+        num_generations=config.grpo.num_generations,
+    )
+    rollout.open_sessions(config.grpo.generation_batch)
+    lora = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
+                      target_modules=config.lora.target_modules, task_type="CAUSAL_LM")
+    args = _grpo_args(config, run_dir)
+    trainer = GRPOTrainer(model=model, reward_funcs=[environment_reward], args=args, train_dataset=episode_dataset(keys),
+                          processing_class=tokenizer, peft_config=lora, rollout_func=rollout)
+    timer = StepTimer(rollout)
+    trainer.add_callback(timer)
+    say(f"training {config.name}: {config.grpo.max_steps} GRPO steps of {config.grpo.generation_batch} episodes "
+        f"({config.grpo.num_generations} per scenario); metrics: Trackio project {config.tracking.project!r} in "
+        f"{os.environ['TRACKIO_DIR']}")
+    started = time.perf_counter()
+    try:
+        trainer.train()
+    finally:
+        rollout.close()
+    wall = time.perf_counter() - started
+    save_adapter(trainer, tokenizer, config, config.adapter_dir)
+    timing = timer.summary() | {"train_wall_seconds": wall, "rollout_rounds": rollout.rounds}
+    metrics = last_metrics(trainer.state.log_history)
+    (run_dir / "training.json").write_text(json.dumps({
+        "name": config.name, "model": config.model.name_or_path, "adapter": str(config.adapter_dir),
+        "trackio": {"dir": os.environ["TRACKIO_DIR"], "project": config.tracking.project, "run": config.name},
+        "timing": timing, "last_metrics": metrics, "config": config.model_dump(mode="json"),
+    }, indent=2) + "\n")
+    say(f"adapter: {config.adapter_dir}")
+    say(f"seconds per GRPO step: {timing.get('seconds_per_step_median', float('nan')):.2f} (median of "
+        f"{timing.get('steps', 0)} steps, mean {timing.get('seconds_per_step_mean', float('nan')):.2f}); environment "
+        f"time: {timing.get('env_share', float('nan')):.1%} of step time (generation {timing.get('generation_share', float('nan')):.1%})")
+    result = TrainingResult(config.adapter_dir, run_dir, timing, metrics)
+    if config.evaluation.enabled:
+        result.evaluation = evaluate_adapter(config, cache, say=say)
+    return result
+
+
+def _same_cache(urls: list[str], cache: Any) -> None:
+    """Episode keys name scenarios of the local cache: every server must serve the same version."""
+    import httpx
+
+    for url in urls:
+        try:
+            served = httpx.get(f"{url}/scenarios", params={"limit": 1}, timeout=10).json()["scenarios"]
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            raise TrainingError(f"cannot read {url}/scenarios: {exc}") from None
+        if served and served[0]["scenario_id"] not in set(cache.ids()):
+            raise TrainingError(f"{url} serves another scenario cache than {cache.root}; point environment.cache at "
+                                "the cache the servers serve")
+
+
+def evaluate_adapter(config: TrainConfig, cache: Any, *, say: Say = _print) -> dict[str, Any]:
+    """The held-out evaluation of step 8; returns the comparisons (also written to the run folder)."""
+    from envcore.agents.catalog import LLMOptions
+    from envcore.agents.eval_run import evaluate_into
+    from envcore.agents.evaluate import compare, render_comparison
+    from envcore.cli.eval_cmd import episode_log_of
+    from envcore.env.episode_log import read_episodes
+
+    e, run_dir = config.evaluation, config.run_dir
+    common = {"cache": cache, "split": e.split, "n": e.n, "parallel": e.parallel, "max_steps": e.max_steps,
+              "urls": config.environment.urls or None}
+    base_name = f"llm:{Path(config.model.name_or_path).name}"
+    trained = evaluate_into(run_dir / "eval" / "trained", "transformers", name=f"{base_name}+{config.name}",
+                            llm=LLMOptions(model=config.model.name_or_path, adapter=str(config.adapter_dir),
+                                           max_new_tokens=e.max_new_tokens), **common)
+    say(f"evaluation of the adapter: {_line(trained.summary)}")
+    pairs: list[tuple[str, Path]] = []
+    if e.base_model:
+        base = evaluate_into(run_dir / "eval" / "base", "transformers", name=base_name,
+                             llm=LLMOptions(model=config.model.name_or_path, max_new_tokens=e.max_new_tokens), **common)
+        say(f"evaluation of the base model: {_line(base.summary)}")
+        pairs.append(("base model", base.folder))
+    pairs += [(Path(b).name, Path(b)) for b in e.baselines]
+    other = list(read_episodes(trained.folder / "episodes.jsonl"))
+    sections, results = [f"# {config.name}: the trained adapter against its baselines", "",
+                         "Held-out evaluation on the first "
+                         f"{e.n} scenarios of the `{e.split}` split (step budget {e.max_steps}); each comparison is "
+                         "paired on the scenarios both runs played.", ""], {}
+    for label, folder in pairs:
+        log = episode_log_of(folder)
+        if log is None:
+            say(f"  no episode log in {folder}; comparison skipped")
+            continue
+        result = compare(list(read_episodes(log)), other)
+        results[label] = result | {"folder": str(folder)}
+        sections.append(render_comparison(result, base=label, other=config.name).replace("# ", "## ", 1))
+        say(f"  against {label}: reward difference {result['reward_difference']['mean']:+.3f} "
+            f"[{result['reward_difference']['ci95'][0]:+.3f}, {result['reward_difference']['ci95'][1]:+.3f}] "
+            f"on {result['scenarios']} scenarios")
+    (run_dir / "comparison.md").write_text("\n".join(sections))
+    (run_dir / "comparison.json").write_text(json.dumps(results, indent=2) + "\n")
+    return {"trained": trained.summary["overall"], "comparisons": results}
+
+
+def _line(summary: dict[str, Any]) -> str:
+    overall = summary["overall"]
+    return (f"{summary['episodes']} episodes, full fix {overall['full_fix']['mean']:.0%}, mean reward "
+            f"{overall['reward']['mean']:+.3f}, invalid steps {overall['invalid_rate']['mean']:.0%}")
