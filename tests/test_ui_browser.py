@@ -217,7 +217,48 @@ def test_the_dashboard_draws_its_charts(page):
     assert bars.count() >= 5  # one trace per rollout set
     leaderboard = page.locator("#dash-leaderboard").inner_text()
     assert "heuristic" in leaderboard and "oracle" in leaderboard
-    assert "No training run has been recorded yet" in page.locator("#dash-training").inner_text()
+    page.wait_for_selector("#dash-training-curves .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
+    assert "tiny-grpo" in page.locator("#dash-training").inner_text()  # the shipped pipeline demonstration
     page.locator("#dash-dimension").get_by_label("Tier").check()
     page.wait_for_function("() => /by tier/i.test(document.querySelector('#dash-rates').textContent)")
     shot(page, "dashboard")
+
+
+@pytest.fixture(scope="module")
+def trained_space(training_run):
+    """The Space serving the artifacts of a training run made by this test session."""
+    port = free_port()
+    process = start_server(None, port, ready="/", timeout_s=90,
+                           env={"A01_ARTIFACTS": str(training_run["root"]),
+                                "A01_HUMAN_LOG": str(training_run["root"] / "human.jsonl")})
+    yield f"http://127.0.0.1:{port}/"
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_space, training_run):
+    context = browser.new_context(viewport={"width": 1440, "height": 1200})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(trained_space)
+    page.wait_for_selector("#play-new")
+    page.get_by_role("tab", name="Dashboard").click()
+    page.wait_for_selector("#dash-training-curves .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
+    page.locator("#dash-training-curves").scroll_into_view_if_needed()
+    lines = page.locator("#dash-training-curves .js-plotly-plot .trace.scatter")
+    assert lines.count() == 4  # reward, full fix, partial and format errors for the one run
+    text = page.locator("#dash-training").inner_text()
+    assert training_run["name"] in text and "per GRPO step" in text
+    legend = page.locator("#dash-training-curves .legend").text_content() or ""
+    assert training_run["name"] in legend
+    # with no heuristic run here, the adapter's evaluation is compared with the base model's first
+    page.wait_for_function("() => document.querySelector('#dash-delta-text').innerText.includes("
+                           "'eval/trained against training/test-grpo/eval/base on 2 scenarios')")
+    shot(page, "dashboard-training")
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"

@@ -46,14 +46,17 @@ def failure_panel(artifacts: Path) -> str:
 
 def default_pair(sets: list[artifact_sets.RolloutSet]) -> tuple[str | None, str | None]:
     """What to compare first: a trained set (an evaluation before training rollouts, which play other
-    scenarios) against the heuristic baseline when one exists, otherwise the heuristic against doing
-    nothing; failing those, the first two competitors (never the oracle)."""
+    scenarios) against the heuristic baseline, or failing that another evaluated baseline (the base
+    model beside its adapter); with no trained set, the heuristic against doing nothing; failing
+    those, the first two competitors (never the oracle)."""
     competitors = [s for s in sets if s.kind != "validation"]
     by_agent = {s.name.rsplit("/", 1)[-1]: s.name for s in competitors}
     trained_sets = sorted((s for s in competitors if s.kind == "trained"), key=lambda s: not s.evaluated)
     trained = trained_sets[0].name if trained_sets else None
     if trained:
-        return by_agent.get("heuristic") or next((s.name for s in competitors if s.name != trained), None), trained
+        baselines = sorted((s for s in competitors if s.kind == "baseline"), key=lambda s: not s.evaluated)
+        base = by_agent.get("heuristic") or (baselines[0].name if baselines else None)
+        return base or next((s.name for s in competitors if s.name != trained), None), trained
     if "heuristic" in by_agent and "noop" in by_agent:
         return by_agent["noop"], by_agent["heuristic"]
     names = [s.name for s in competitors]

@@ -75,7 +75,8 @@ class TrainingPanel:
         for label in runs:
             rows = frame[frame["label"] == label]
             run = rows["run"].iloc[0] if len(rows) else label
-            line = f"- **{label}**: {rows['step'].max() if len(rows) else 0} steps logged"
+            steps = rows[rows["metric"].isin(("reward", "env/reward"))]["step"].nunique()
+            line = f"- **{label}**: {steps} GRPO steps logged"
             summary = self._training_summary(str(run))
             if summary:
                 timing = summary.get("timing", {})

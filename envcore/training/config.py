@@ -138,7 +138,7 @@ class OutputSection(_Section):
     run_dir: str = "artifacts/training/{name}"
     """The run's training episode log, timing summary, resolved config and evaluation."""
     overwrite: bool = False
-    """Replace an existing adapter folder of the same name."""
+    """Replace an existing run of the same name: its adapter folder, its run folder and its Trackio run."""
 
 
 class EvaluationSection(_Section):

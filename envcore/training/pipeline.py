@@ -71,6 +71,15 @@ def use_tracking_dir(folder: str | Path) -> Path:
     return folder
 
 
+def forget_run(project: str, run: str) -> None:
+    """Delete an earlier run of this name from the Trackio project (an overwritten run starts its curves
+    afresh instead of appending a second set of steps to the old ones)."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    if run in (SQLiteStorage.get_runs(project) or []):
+        SQLiteStorage.delete_run(project, run)
+
+
 def _sessions(config: TrainConfig, cache: Any, run_dir: Path, agent_id: str, say: Say) -> Callable[[int], Any]:
     from envcore.agents.rollouts import local_sessions, remote_sessions
     from envcore.env.episode_log import EpisodeLogger
@@ -210,6 +219,8 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
         raise TrainingError(f"{config.adapter_dir} exists; set output.overwrite: true or choose another name")
     if run_dir.exists() and config.output.overwrite:
         shutil.rmtree(run_dir)
+    if config.output.overwrite:
+        forget_run(config.tracking.project, config.name)
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise TrainingError(f"{run_dir} exists and is not empty; set output.overwrite: true or choose another name")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -269,7 +280,7 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
     metrics = last_metrics(trainer.state.log_history)
     (run_dir / "training.json").write_text(json.dumps({
         "name": config.name, "model": config.model.name_or_path, "adapter": str(config.adapter_dir),
-        "trackio": {"dir": os.environ["TRACKIO_DIR"], "project": config.tracking.project, "run": config.name},
+        "trackio": {"dir": config.tracking.dir, "project": config.tracking.project, "run": config.name},
         "timing": timing, "last_metrics": metrics, "config": config.model_dump(mode="json"),
     }, indent=2) + "\n")
     say(f"adapter: {config.adapter_dir}")
