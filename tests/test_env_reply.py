@@ -134,8 +134,9 @@ def test_a_reply_runs_the_action_in_it_as_one_step(episode):
     ("", "format error: the reply is empty"),
     ('{"tool": "read_file"}', "path"),  # readable, but the environment refuses the arguments
     ('{"tool": "reset"}', "reset"),
-    ('{"tool": "reply", "text": "{\\"tool\\": \\"submit\\"}"}', "not another reply"),
-], ids=["prose", "empty", "bad-arguments", "reserved", "nested-reply"])
+    ('{"tool": "reply", "text": "{\\"tool\\": \\"submit\\"}"}', "a reply must contain a tool call, not 'reply'"),
+    ('{"tool": "out_of_budget"}', "a reply must contain a tool call, not 'out_of_budget'"),
+], ids=["prose", "empty", "bad-arguments", "reserved", "nested-reply", "harness-budget"])
 def test_an_unreadable_or_invalid_reply_is_an_invalid_action_and_the_episode_goes_on(episode, text, fragment):
     observation = episode.step({"tool": "reply", "text": text})
     assert observation.error and fragment in observation.error, observation.error

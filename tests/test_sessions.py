@@ -167,6 +167,24 @@ def test_live_agents_always_include_the_scripted_baselines(hub):
     assert {"heuristic", "random", "noop", "deny_all", "oracle"} <= set(agents)
     assert "validation" in agents["oracle"].label
     assert "model:tiny-random-llm" in agents  # the shipped tiny model
+    assert "adapter:tiny-grpo" in agents  # the shipped adapter of the tiny training run
+
+
+def test_the_shipped_adapter_plays_live(hub):
+    sid = hub.open("live")
+    hub.start_agent(sid, "adapter:tiny-grpo", seed=2, max_steps=2)
+    action, observation = hub.agent_step(sid)
+    assert action["tool"] == "reply" and observation.steps_left == 1
+    hub.close(sid)
+
+
+def test_an_adapter_finds_its_base_model_from_any_working_directory(monkeypatch, tmp_path):
+    """The shipped adapter names its base model by the folder training used, relative to the project."""
+    from envcore.agents.llm import _base_of
+
+    adapter = ROOT / "artifacts" / "adapters" / "tiny-grpo"
+    monkeypatch.chdir(tmp_path)
+    assert Path(_base_of(str(adapter))) == ROOT / "artifacts" / "models" / "tiny-random-llm"
 
 
 def test_the_ui_never_imports_the_sandbox():

@@ -111,3 +111,48 @@ def test_the_space_sees_the_adapter_evaluation_as_trained_and_the_base_model_as_
     assert sets["training/test-grpo"].kind == "trained"  # the training rollouts
     base, other = default_pair(list(sets.values()))
     assert other == "training/test-grpo/eval/trained"  # the evaluation, not the training rollouts
+
+
+def _remote_config(tmp_path, tiny_model, url, batch):
+    import yaml
+
+    config = {
+        "name": "remote-grpo", "model": {"name_or_path": str(tiny_model), "dtype": "float32"},
+        "lora": {"r": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["q_proj"]},
+        "episodes": {"max_steps": 2, "max_new_tokens": 8, "completion_budget": 64,
+                     "curriculum": [{"tiers": [1], "groups": 2}]},
+        "environment": {"urls": [url]},
+        "grpo": {"num_generations": 2, "per_device_train_batch_size": batch, "max_steps": 1, "logging_steps": 1},
+        "tracking": {"project": "a01-remote", "dir": str(tmp_path / "trackio")},
+        "output": {"adapter_dir": str(tmp_path / "adapters/{name}"), "run_dir": str(tmp_path / "training/{name}")},
+        "evaluation": {"enabled": False},
+    }
+    path = tmp_path / "remote.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_training_against_a_server_checks_its_capacity_first_then_trains_through_it(tmp_path, tiny_model):
+    from envcore.env.bench import free_port, start_server
+
+    port = free_port()
+    server = start_server(None, port, sessions=2)
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "envcore", "train", "--config"]
+    try:
+        too_big = subprocess.run([*command, str(_remote_config(tmp_path, tiny_model, url, 4))], capture_output=True,
+                                 text=True, timeout=300, env={**__import__("os").environ, "GRADIO_ANALYTICS_ENABLED": "False"})
+        assert too_big.returncode == 1
+        assert "needs 4 there" in too_big.stderr and "A01_MAX_SESSIONS=4" in too_big.stderr
+        assert not (tmp_path / "adapters" / "remote-grpo").exists()  # stopped before any training
+        fits = subprocess.run([*command, str(_remote_config(tmp_path, tiny_model, url, 2))], capture_output=True,
+                              text=True, timeout=300, env={**__import__("os").environ, "GRADIO_ANALYTICS_ENABLED": "False"})
+        assert fits.returncode == 0, fits.stdout[-2000:] + fits.stderr[-2000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    assert "environment: 1 server(s), 2 sessions" in fits.stdout
+    assert (tmp_path / "adapters" / "remote-grpo" / "adapter_config.json").is_file()
+    records = list(read_episodes(tmp_path / "training" / "remote-grpo" / "episodes.jsonl"))
+    assert len(records) == 2 and {r.source for r in records} == {"training"}
+    assert records[0].verification is None  # written by the client: the hidden report stays on the server

@@ -36,6 +36,7 @@ from envcore.agents.base import Action, Agent
 from envcore.agents.prompts import Conversation, Message
 from envcore.env.actions import A01Observation
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CHARS_PER_TOKEN = 3.0
 """Starting guess for fitting a conversation into a token budget (refined per model as it runs)."""
 
@@ -99,6 +100,10 @@ def _base_of(adapter: str) -> str:
     base = json.loads(config.read_text()).get("base_model_name_or_path")
     if not base:
         raise ValueError(f"{config} names no base model; pass the model explicitly")
+    # a relative folder (the shipped adapters name artifacts/models/...) is relative to where training
+    # ran, the project root; anything else is a hub name
+    if not Path(base).is_absolute() and not Path(base).exists() and (PROJECT_ROOT / base).is_dir():
+        return str(PROJECT_ROOT / base)
     return base
 
 

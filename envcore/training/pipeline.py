@@ -6,7 +6,8 @@ The steps, in order (each fails early with a clear message):
    variable once); metrics stay in that folder unless ``tracking.space_id`` is set.
 2. **Environment**: in process, one runtime whose sandbox is started and sized for the generation
    batch before training starts; or the servers in ``environment.urls``, each asked (``/capacity``)
-   whether it can hold its share of the batch's sessions, and whether it serves the same cache.
+   whether it can hold its share of the batch's sessions, and whether it serves the same cache,
+   before anything is written (a run that cannot start leaves nothing behind).
 3. **Episodes**: the curriculum's episode keys (:mod:`envcore.training.episodes`).
 4. **Model**: the base model and tokenizer (left padding; the tokenizer's chat template or the
    config's), wrapped by TRL with the LoRA ``peft_config``.
@@ -80,24 +81,25 @@ def forget_run(project: str, run: str) -> None:
         SQLiteStorage.delete_run(project, run)
 
 
-def _sessions(config: TrainConfig, cache: Any, run_dir: Path, agent_id: str, say: Say) -> Callable[[int], Any]:
+def check_servers(config: TrainConfig, cache: Any) -> None:
+    """Before anything is written or loaded: every server is reachable, serves ``cache`` and can take
+    its share of the generation batch's sessions."""
+    from envcore.training.rollout import check_capacity
+
+    urls = config.environment.urls
+    if urls:
+        _same_cache(urls, cache)
+        check_capacity(urls, config.grpo.generation_batch)
+
+
+def _sessions(config: TrainConfig, cache: Any, run_dir: Path, say: Say) -> Callable[[int], Any]:
     from envcore.agents.rollouts import local_sessions, remote_sessions
     from envcore.env.episode_log import EpisodeLogger
-    from envcore.training.rollout import check_capacity
 
     logger = EpisodeLogger(run_dir / "episodes.jsonl")
     batch = config.grpo.generation_batch
     urls = config.environment.urls
     if urls:
-        import httpx
-
-        for url in urls:
-            try:
-                health = httpx.get(f"{url}/scenarios", params={"limit": 1}, timeout=10)
-                health.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise TrainingError(f"cannot reach {url}: {exc}") from None
-        check_capacity(urls, batch)
         say(f"environment: {len(urls)} server(s), {batch} sessions")
         return remote_sessions(urls, logger, "training")
     from envcore.env.environment import Runtime
@@ -217,16 +219,15 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
     run_dir = config.run_dir
     if config.adapter_dir.exists() and not config.output.overwrite:
         raise TrainingError(f"{config.adapter_dir} exists; set output.overwrite: true or choose another name")
-    if run_dir.exists() and config.output.overwrite:
-        shutil.rmtree(run_dir)
-    if config.output.overwrite:
-        forget_run(config.tracking.project, config.name)
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    if run_dir.exists() and any(run_dir.iterdir()) and not config.output.overwrite:
         raise TrainingError(f"{run_dir} exists and is not empty; set output.overwrite: true or choose another name")
-    run_dir.mkdir(parents=True, exist_ok=True)
     cache = ScenarioCache.open(config.environment.cache)
-    if config.environment.urls:
-        _same_cache(config.environment.urls, cache)
+    check_servers(config, cache)  # a run that cannot start writes nothing
+    if config.output.overwrite:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        forget_run(config.tracking.project, config.name)
+    run_dir.mkdir(parents=True, exist_ok=True)
     weights = SamplingWeights.load(config.environment.weights) if config.environment.weights else None
     split = None if config.episodes.split == "any" else config.episodes.split
     keys = episode_keys(CurriculumSampler(cache, weights), config.episodes.curriculum, split=split,
@@ -251,7 +252,7 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
         tokenizer.chat_template = config.model.chat_template
     model = AutoModelForCausalLM.from_pretrained(config.model.name_or_path, dtype=_dtype(config))
     agent_id = f"llm:{Path(config.model.name_or_path).name}+{config.name}"
-    session_factory = _sessions(config, cache, run_dir, f"{agent_id}@train", say)
+    session_factory = _sessions(config, cache, run_dir, say)
     rollout = EpisodeRollout(
         session_factory=session_factory, tokenizer=tokenizer, max_steps=config.episodes.max_steps,
         max_new_tokens=config.episodes.max_new_tokens, completion_budget=config.episodes.completion_budget,
@@ -268,7 +269,7 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
     trainer.add_callback(timer)
     say(f"training {config.name}: {config.grpo.max_steps} GRPO steps of {config.grpo.generation_batch} episodes "
         f"({config.grpo.num_generations} per scenario); metrics: Trackio project {config.tracking.project!r} in "
-        f"{os.environ['TRACKIO_DIR']}")
+        f"{config.tracking.dir}")
     started = time.perf_counter()
     try:
         trainer.train()
