@@ -260,5 +260,13 @@ def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_spa
     page.wait_for_function("() => document.querySelector('#dash-delta-text').innerText.includes("
                            "'eval/trained against training/test-grpo/eval/base on 2 scenarios')")
     shot(page, "dashboard-training")
+    # the Watch tab offers the adapter's evaluation rollouts
+    page.get_by_role("tab", name="Watch").click()
+    choose(page, "watch-left-set", "trained · training/test-grpo/eval")
+    page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('test-grpo')")
+    page.click("#watch-forward")
+    page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('Step 1')")
+    assert "reply" in page.locator("#watch-left-title").inner_text()  # the model's raw reply, shown as text
+    shot(page, "watch-trained")
     context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
