@@ -114,6 +114,9 @@ def action_timings(*, rounds: int) -> dict[str, list[float]]:
             timer("dashboard", "break down by tier", d.draw, sets, "Tier", "Partial fix")
             timer("dashboard", "compare two sets", d.delta, sets, right, left, "Full fix")
             timer("dashboard", "filter scenarios", d.scenarios, "test", "2", "any", "any", "")
+            runs = d.training.runs()
+            timer("dashboard", "training curves (metrics)", d.training.draw, runs,
+                  ["env/reward", "env/full_fix", "env/component/steps_used", "env/episode_steps"])
         return dict(timer.samples)
     finally:
         hub.shutdown()
