@@ -314,3 +314,14 @@ def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, to
     assert any(e["grad_norm"] > 0 for e in logged)
     moved = [p for name, p in trainer.model.named_parameters() if "lora_B" in name]
     assert moved and any(torch.count_nonzero(p) > 0 for p in moved)  # LoRA's B starts at zero
+
+
+def test_the_generation_batch_follows_trls_own_settings():
+    """Sessions are opened (and servers checked) for what TRL hands the rollout function per round."""
+    from trl import GRPOConfig
+
+    for extra in ({}, {"steps_per_generation": 4}, {"generation_batch_size": 8}):
+        config = load_config(REPO / "configs/train-tiny.yaml", {"grpo.extra": extra, "grpo.gradient_accumulation_steps": 2})
+        args = GRPOConfig(output_dir="/tmp/unused", per_device_train_batch_size=config.grpo.per_device_train_batch_size,
+                          gradient_accumulation_steps=2, num_generations=2, use_cpu=True, report_to="none", **extra)
+        assert config.grpo.generation_batch == args.generation_batch_size

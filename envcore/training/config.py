@@ -113,16 +113,22 @@ class GrpoSection(_Section):
 
     @model_validator(mode="after")
     def _batch(self) -> "GrpoSection":
-        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        batch = self.generation_batch
         if batch % self.num_generations:
-            raise ValueError(f"the generation batch (per_device_train_batch_size x gradient_accumulation_steps = {batch}) "
+            raise ValueError(f"the generation batch ({batch} episodes: per_device_train_batch_size x "
+                             "gradient_accumulation_steps, or extra.generation_batch_size / steps_per_generation) "
                              f"must be a multiple of num_generations ({self.num_generations})")
         return self
 
     @property
     def generation_batch(self) -> int:
-        """Episodes played per generation round (one environment session each)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+        """Episodes played per generation round, one environment session each: TRL's
+        ``generation_batch_size`` (``per_device_train_batch_size x steps_per_generation``, which defaults
+        to ``gradient_accumulation_steps``) on one process."""
+        if self.extra.get("generation_batch_size"):
+            return int(self.extra["generation_batch_size"])
+        steps = int(self.extra.get("steps_per_generation") or self.gradient_accumulation_steps)
+        return self.per_device_train_batch_size * steps
 
 
 class TrackingSection(_Section):
