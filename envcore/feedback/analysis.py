@@ -1,0 +1,238 @@
+"""Failure analysis over any set of episode logs: training, evaluation, human play.
+
+:func:`find_logs` collects the episode logs under a folder. :func:`analyze` gives every finished
+episode its category (:mod:`envcore.feedback.categories`, with the scenario's bundle from the
+cache when it has it) and adds up, overall and by bug class, tier, domain and agent:
+
+- the count and rate of every category (infrastructure failures are counted, but left out of the
+  rates);
+- the solve statistics the plan weighs: graded episodes, full fixes, partial fixes, and the
+  **solve score** ``(full + 0.5 x partial) / graded``;
+- per agent, the same solve statistics by code-style value (``solve_by_style``) and how often it
+  sprang each trap kind (``trap_springs``), which the factory job uses;
+- up to ``examples`` example episodes per failure category, spread over agents and bug classes.
+  Each one names its log, scenario and seed, so the Space can open it in the rollout viewer.
+
+The oracle applies the reference fix; its runs validate scenarios and are left out unless
+``include_validation``. Abandoned episodes (left unfinished) are not counted.
+:func:`render_report` writes the analysis as Markdown.
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from envcore.env.episode_log import EpisodeRecord, read_episodes
+from envcore.feedback.categories import BY_NAME, CATEGORIES, FAILURES, categorize, episode_facts
+
+ANALYSIS_VERSION = 1
+DIMENSIONS = ("bug_class", "tier", "domain", "agent")
+STYLE_AXES = ("layout", "auth", "store", "id_type")
+"""The parts of a manifest's ``code_style`` (``package/inline/sqlite/str``), in order."""
+VALIDATION_AGENTS = frozenset({"oracle"})
+SKIPPED_DIRS = frozenset({"scenarios", "models", "adapters", "trackio", "feedback"})
+
+
+def _is_episode_log(path: Path) -> bool:
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as handle:
+            head = handle.read(4096)
+    except (OSError, EOFError):
+        return False
+    return b'"episode_id"' in head
+
+
+def find_logs(root: str | Path) -> list[tuple[str, Path]]:
+    """``(name, path)`` of every episode log under ``root`` (or ``root`` itself when it is a log).
+    A log called ``episodes.jsonl[.gz]`` is named by its folder relative to ``root``; another by its
+    relative path without the extension. When a folder has both, the plain (newer) one wins."""
+    root = Path(root)
+    if root.is_file():
+        return [(root.name.removesuffix(".gz").removesuffix(".jsonl"), root)] if _is_episode_log(root) else []
+    found: dict[str, Path] = {}
+    for path in sorted(root.rglob("*.jsonl*")):
+        relative = path.relative_to(root)
+        if not path.name.endswith((".jsonl", ".jsonl.gz")) or any(
+                part.startswith(".") or part in SKIPPED_DIRS for part in relative.parts[:-1]):
+            continue
+        stem = path.name.removesuffix(".gz").removesuffix(".jsonl")
+        name = (relative.parent.as_posix() if stem == "episodes" else (relative.parent / stem).as_posix())
+        name = "." if name in ("", ".") else name
+        if name in found and found[name].name.endswith(".jsonl") and path.name.endswith(".gz"):
+            continue
+        if _is_episode_log(path):
+            found[name] = path
+    return sorted(found.items())
+
+
+def _stats(names: Iterable[str]) -> dict[str, Any]:
+    counts = Counter(names)
+    graded = sum(n for name, n in counts.items() if not BY_NAME[name].excluded)
+    return {
+        "episodes": sum(counts.values()), "graded": graded,
+        "counts": {c.name: counts.get(c.name, 0) for c in CATEGORIES},
+        "rates": {c.name: (counts.get(c.name, 0) / graded if graded else 0.0) for c in CATEGORIES if not c.excluded},
+    }
+
+
+def _solve(rows: list[tuple[EpisodeRecord, str]]) -> dict[str, Any]:
+    graded = [r for r, name in rows if not BY_NAME[name].excluded]
+    full = sum(1 for r, name in rows if name == "solved")
+    partial = sum(1 for r, name in rows if (r.reward_breakdown or {}).get("resolution") == "partial"
+                  and not BY_NAME[name].excluded)
+    return {"graded": len(graded), "full": full, "partial": partial,
+            "score": (full + 0.5 * partial) / len(graded) if graded else None}
+
+
+class _Bundles:
+    """Bundles by scenario id, loaded once each (``None`` when the cache does not hold it)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache, self.loaded = cache, {}
+
+    def get(self, scenario_id: str) -> Any:
+        if scenario_id not in self.loaded:
+            try:
+                self.loaded[scenario_id] = self.cache.load(scenario_id) if self.cache is not None else None
+            except Exception:  # noqa: BLE001 - a scenario of another cache version, or a corrupt entry
+                self.loaded[scenario_id] = None
+        return self.loaded[scenario_id]
+
+
+def analyze(logs: list[tuple[str, Path]], cache: Any = None, *, examples: int = 3,
+            include_validation: bool = False) -> dict[str, Any]:
+    """The analysis of every finished episode in ``logs``; see the module docstring."""
+    bundles = _Bundles(cache)
+    manifest = {row["scenario_id"]: row for row in (cache.rows if cache is not None else [])}
+    domains = {sid: row.get("domain", "unknown") for sid, row in manifest.items()}
+    rows: list[dict[str, Any]] = []
+    sets: dict[str, dict[str, Any]] = {}
+    for name, path in logs:
+        kept = 0
+        for record in read_episodes(path):
+            if record.outcome == "abandoned" or (record.agent_id in VALIDATION_AGENTS and not include_validation):
+                continue
+            facts = episode_facts(record, bundles.get(record.scenario_id))
+            category, detail = categorize(facts)
+            rows.append({"record": record, "category": category.name, "detail": detail, "set": name, "log": str(path),
+                         "domain": domains.get(record.scenario_id, "unknown"), "facts": facts,
+                         "style": str(manifest.get(record.scenario_id, {}).get("code_style") or "")})
+            kept += 1
+        sets[name] = {"log": str(path), "episodes": kept}
+
+    def key(row: dict[str, Any], dimension: str) -> str:
+        record = row["record"]
+        return {"bug_class": record.bug_class, "tier": str(record.tier), "domain": row["domain"],
+                "agent": record.agent_id}[dimension]
+
+    by: dict[str, dict[str, Any]] = {}
+    solve: dict[str, dict[str, Any]] = {}
+    for dimension in DIMENSIONS:
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            groups[key(row, dimension)].append(row)
+        by[dimension] = {k: _stats(r["category"] for r in v) for k, v in sorted(groups.items())}
+        solve[dimension] = {k: _solve([(r["record"], r["category"]) for r in v]) for k, v in sorted(groups.items())}
+    # per agent and slice: what a plan for one agent weighs
+    per_agent: dict[str, dict[str, dict[str, Any]]] = {}
+    for agent in sorted({r["record"].agent_id for r in rows}):
+        mine = [r for r in rows if r["record"].agent_id == agent]
+        per_agent[agent] = {}
+        for dimension in ("bug_class", "tier", "domain"):
+            groups = defaultdict(list)
+            for row in mine:
+                groups[key(row, dimension)].append((row["record"], row["category"]))
+            per_agent[agent][dimension] = {k: _solve(v) for k, v in sorted(groups.items())}
+        per_agent[agent]["overall"] = _solve([(r["record"], r["category"]) for r in mine])
+    # per agent: scores by code-style value (layout, auth, store, id type) and the traps it sprang
+    by_style: dict[str, dict[str, dict[str, Any]]] = {}
+    springs: dict[str, dict[str, int]] = {}
+    for agent in per_agent:
+        mine = [r for r in rows if r["record"].agent_id == agent]
+        axes: dict[str, dict[str, list[tuple[EpisodeRecord, str]]]] = defaultdict(lambda: defaultdict(list))
+        for row in mine:
+            for axis, value in zip(STYLE_AXES, row["style"].split("/")) if row["style"] else ():
+                axes[axis][value].append((row["record"], row["category"]))
+        by_style[agent] = {axis: {v: _solve(items) for v, items in sorted(values.items())} for axis, values in axes.items()}
+        sprung = Counter(t for r in mine if r["category"] == "over_restriction" for t in r["facts"].sprung_traps)
+        springs[agent] = dict(sprung.most_common())
+    return {
+        "version": ANALYSIS_VERSION,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cache": cache.root.name if cache is not None else None,
+        "sets": sets,
+        "categories": [{"name": c.name, "title": c.title, "description": c.description, "excluded": c.excluded,
+                        "failure": c.failure} for c in CATEGORIES],
+        "overall": _stats(r["category"] for r in rows),
+        "by": by,
+        "solve": solve,
+        "solve_by_agent": per_agent,
+        "solve_by_style": by_style,
+        "trap_springs": springs,
+        "examples": _examples(rows, examples),
+    }
+
+
+def _examples(rows: list[dict[str, Any]], limit: int) -> dict[str, list[dict[str, Any]]]:
+    """Up to ``limit`` episodes per failure category, a new agent or bug class first each time."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in FAILURES:
+        chosen: list[dict[str, Any]] = []
+        seen: set[tuple[str, str]] = set()
+        candidates = [r for r in rows if r["category"] == name]
+        for fresh_only in (True, False):
+            for row in candidates:
+                record = row["record"]
+                mark = (record.agent_id, record.bug_class)
+                if len(chosen) >= limit or (fresh_only and mark in seen) or any(c["episode_id"] == record.episode_id for c in chosen):
+                    continue
+                seen.add(mark)
+                chosen.append({"set": row["set"], "log": row["log"], "agent": record.agent_id,
+                               "scenario_id": record.scenario_id, "seed": record.seed, "episode_id": record.episode_id,
+                               "bug_class": record.bug_class, "tier": record.tier, "detail": row["detail"],
+                               "reward": record.reward})
+        if chosen:
+            out[name] = chosen
+    return out
+
+
+def render_report(analysis: dict[str, Any], *, title: str = "Failure analysis") -> str:
+    """The analysis as Markdown: categories overall, by agent, bug class, tier and domain; examples."""
+    titles = {c["name"]: c["title"] for c in analysis["categories"]}
+    shown = [c["name"] for c in analysis["categories"] if not c["excluded"]]
+    overall = analysis["overall"]
+    lines = [f"# {title}", "",
+             f"{overall['episodes']} episodes from {len(analysis['sets'])} log(s) (cache {analysis['cache']}); "
+             f"{overall['graded']} graded, {overall['counts'].get('infrastructure', 0)} infrastructure failures "
+             "(not counted). Each cell: share of graded episodes.", "",
+             "| category | what | episodes | share |", "| --- | --- | ---: | ---: |"]
+    for c in analysis["categories"]:
+        if c["excluded"]:
+            continue
+        lines.append(f"| {c['title']} | {c['description']} | {overall['counts'][c['name']]} | "
+                     f"{overall['rates'][c['name']]:.0%} |")
+
+    def table(dimension: str, label: str) -> list[str]:
+        head = f"| {label} | graded | " + " | ".join(titles[n] for n in shown) + " |"
+        rule = "| --- | ---: | " + " | ".join("---:" for _ in shown) + " |"
+        body = [f"| {key} | {stat['graded']} | " + " | ".join(f"{stat['rates'][n]:.0%}" for n in shown) + " |"
+                for key, stat in analysis["by"][dimension].items()]
+        return ["", f"## By {label}", "", head, rule, *body]
+
+    for dimension, label in (("agent", "agent"), ("bug_class", "bug class"), ("tier", "tier"), ("domain", "domain")):
+        lines += table(dimension, label)
+    lines += ["", "## Examples", ""]
+    for name, items in analysis["examples"].items():
+        lines.append(f"**{titles[name]}**")
+        lines.append("")
+        for item in items:
+            lines.append(f"- `{item['scenario_id']}` (seed {item['seed']}, {item['bug_class']}, tier {item['tier']}) by "
+                         f"{item['agent']} in {item['set']}: {item['detail'] or '-'}")
+        lines.append("")
+    return "\n".join(lines) + "\n"
