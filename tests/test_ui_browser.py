@@ -270,3 +270,27 @@ def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_spa
     shot(page, "watch-trained")
     context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def test_the_failure_panel_draws_the_shipped_analysis_and_opens_an_example_in_watch(page):
+    page.get_by_role("tab", name="Dashboard").click()
+    page.wait_for_selector("#dash-fail-chart .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
+    page.locator("#dash-fail-chart").scroll_into_view_if_needed()
+    assert page.locator("#dash-fail-chart .js-plotly-plot .trace.bars").count() >= 5  # one trace per category
+    assert "baselines" in page.locator("#dash-failures").inner_text()
+    weights = page.locator("#dash-weights").inner_text()
+    assert "planned: baselines/heuristic" in weights and "tenant_leak" in weights
+    page.locator("#dash-fail-dimension").get_by_label("Agent").check()
+    page.wait_for_function("() => /by agent/i.test(document.querySelector('#dash-fail-chart').textContent)")
+    shot(page, "dashboard-failures")
+    import json
+
+    analysis = json.loads((ROOT / "artifacts/feedback/baselines/analysis.json").read_text())
+    example = analysis["examples"]["wrong_site"][0]
+    page.locator("#dash-fail-examples").get_by_text(example["detail"], exact=True).first.click()
+    page.wait_for_function("s => document.querySelector('#watch-scenario') && "
+                           "document.querySelector('#watch-scenario').offsetParent !== null && "
+                           "document.querySelector('#watch-scenario input').value.includes(s)",
+                           arg=example["scenario_id"][:8])
+    assert example["agent"] in page.locator("#watch-left-title").inner_text()
+    shot(page, "watch-from-failure-example")

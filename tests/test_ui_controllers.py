@@ -181,3 +181,35 @@ def test_an_empty_seed_draws_a_scenario_and_a_bad_seed_is_refused(tabs):
         with pytest.raises(UserError, match="non-negative integer"):
             ctrl.new_episode(sid, "any", "any", "any", "any", "", bad, 40, "")
     ctrl.hub.close(sid)
+
+
+# ----- the failure-analysis panel ----------------------------------------------------------------------
+def test_the_failure_panel_draws_the_shipped_analysis_and_links_examples_to_watch(tabs):
+    dash, watch = tabs["dashboard"]["controller"], tabs["watch"]["controller"]
+    out = dash.failures.draw("baselines", "Tier")
+    names = {trace.name for trace in out["fail_chart"].data}
+    assert {"no patch", "over-restriction", "format errors", "solved"} <= names
+    assert list(out["fail_chart"].data[0].y) == ["1", "2", "3"]
+    examples = out["fail_examples"]
+    assert len(examples) >= 5 and set(examples["rollout set"]) <= {s for s in watch.rollout_sets()}
+    row = examples.iloc[0].tolist()
+    link = dash.failures.example_link(row)
+    assert link == (row[-1], row[2])
+    shown = watch.open_episode(*link)
+    assert shown["scenario"]["value"] == row[2] and shown["left_set"]["value"] == row[-1]
+    assert row[1] in shown["left_title"] and row[2] in watch.records(row[-1])  # that agent's episode is on screen
+    assert dash.failures.example_link(["too", "short"]) is None
+    weights = out["weights"]
+    assert "planned: baselines/heuristic" in weights.columns
+    assert (weights["serving now (uniform: A01_WEIGHTS unset)"] == 1.0).all()
+
+
+def test_the_failure_panel_shows_the_weights_the_server_samples_with(tmp_path, shipped):
+    from envcore.env.sampler import SamplingWeights
+    from ui.failure_panel import NO_ANALYSIS, FailurePanel
+
+    serving = SamplingWeights.from_json({"version": 1, "by_bug_class": {"tenant_leak": 2.5}})
+    panel = FailurePanel(tmp_path, lambda: {"by_bug_class": dict(serving.by_bug_class), "by_tier": {}})
+    out = panel.refresh()
+    assert out["failures"] == NO_ANALYSIS and len(out["fail_chart"].data) == 0
+    assert out["weights"].to_dict("records") == [{"slice": "bug class tenant_leak", "serving now": 2.5}]

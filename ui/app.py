@@ -58,6 +58,15 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
         watch_ctrl, dash_ctrl = watch["controller"], dashboard["controller"]
         watch_named = {k: v for k, v in watch.items() if k != "controller"}
         dash_named = {k: v for k, v in dashboard.items() if k != "controller"}
+
+        def watch_selected(event: gr.SelectData) -> dict[Any, Any]:
+            link = dash_ctrl.failures.example_link(event.row_value or [])
+            if link is None:
+                return {}
+            shown = watch_ctrl.open_episode(*link)
+            return {**{watch_named[k]: v for k, v in shown.items() if k in watch_named}, tabs: gr.Tabs(selected="watch")}
+
+        dashboard["fail_examples"].select(watch_selected, None, [*watch_named.values(), tabs])
         demo.load(bind(watch_ctrl.refresh, watch_named), None, list(watch_named.values()))
         demo.load(bind(dash_ctrl.refresh, dash_named), None, list(dash_named.values()))
     demo.queue(default_concurrency_limit=hub.max_sessions)

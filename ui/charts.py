@@ -189,3 +189,33 @@ def training_chart(frame: pd.DataFrame, metrics: list[str], *, colors: Mapping[s
     figure.update_layout(template=TEMPLATE, height=90 + 190 * len(metrics), margin={"t": 40, "b": 40},
                          legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0})
     return figure
+
+
+CATEGORY_COLORS = {
+    "solved": "#009E73", "partial_fix": "#56B4E9", "over_restriction": "#D55E00", "app_broken": "#000000",
+    "wrong_site": "#E69F00", "no_patch": "#BBBBBB", "format_errors": "#CC79A7", "budget_exhausted": "#0072B2",
+    "other": "#F0E442",
+}
+"""One colour per failure category (Okabe-Ito, plus grey for doing nothing), the same in every chart."""
+
+
+def failure_chart(table: pd.DataFrame, *, by: str, titles: Mapping[str, str]) -> go.Figure:
+    """Stacked horizontal bars: for each slice (rows of ``table``: ``slice``, ``category``, ``share``,
+    ``count``, ``graded``), the share of graded episodes in each category."""
+    if table.empty:
+        return empty_figure("No graded episode in this analysis.")
+    slices = list(dict.fromkeys(table["slice"]))
+    figure = go.Figure()
+    for category in dict.fromkeys(table["category"]):
+        rows = table[table["category"] == category].set_index("slice").reindex(slices)
+        figure.add_trace(go.Bar(
+            y=slices, x=rows["share"], orientation="h", name=titles.get(category, category),
+            marker={"color": CATEGORY_COLORS.get(category, "#999999")}, customdata=rows[["count", "graded"]].values,
+            hovertemplate=f"{titles.get(category, category)}<br>%{{y}}: %{{x:.0%}} (%{{customdata[0]}} of %{{customdata[1]}})<extra></extra>",
+        ))
+    figure.update_layout(template=TEMPLATE, barmode="stack", height=120 + 28 * len(slices),
+                         xaxis={"range": [0, 1], "tickformat": ".0%", "title": {"text": "share of graded episodes"}},
+                         yaxis={"autorange": "reversed", "title": {"text": by.replace("_", " ")}},
+                         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+                         title={"text": f"Why episodes failed, by {by.replace('_', ' ')}"}, margin={"t": 90})
+    return figure

@@ -11,8 +11,8 @@ DataFrames, :mod:`ui.charts` turns DataFrames into Plotly figures); this module 
 * a scenario browser over the cache manifest; choosing a row opens it in the Play tab;
 * the training curves of every run (:mod:`ui.training_panel`, from the Trackio databases under
   ``artifacts/trackio``);
-* the failure-analysis panel, which says plainly that nothing is there until a failure analysis
-  (``artifacts/feedback``) exists.
+* the failure analysis (:mod:`ui.failure_panel`, from ``artifacts/feedback``): categories by bug class,
+  tier, agent or domain, example episodes that open in the Watch tab, and the sampling weights.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pandas as pd
 
 from envcore.agents.evaluate import compare, scenario_domains
 from envcore.server.sessions import SessionHub
-from ui import artifact_sets, charts, data, training_panel
+from ui import artifact_sets, charts, data, failure_panel, training_panel
 from ui.wiring import bind, outputs
 
 DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Domain": "domain"}
@@ -35,13 +35,11 @@ DELTA_METRICS = {"Reward": "reward", "Full fix": "full_fix"}
 ANY = "any"
 
 
-def failure_panel(artifacts: Path) -> str:
-    found = sorted((artifacts / "feedback").rglob("*.json")) if (artifacts / "feedback").is_dir() else []
-    if not found:
-        return ("#### Failure analysis\n\nNo failure analysis has been written yet: failure categories by bug "
-                "class, tier and agent, with example episodes, and the curriculum's sampling weights appear here "
-                "once an analysis exists under `artifacts/feedback/`.")
-    return f"#### Failure analysis\n\nAnalyses found: {', '.join(str(p.relative_to(artifacts)) for p in found)}."
+def serving_weights(hub: SessionHub) -> dict[str, Any] | None:
+    """The sampling weights the server's sampler uses, as a weights file's tables (``None``: uniform)."""
+    weights = hub.runtime.sampler.weights
+    tables = {"by_bug_class": dict(weights.by_bug_class), "by_tier": dict(weights.by_tier)}
+    return tables if any(tables.values()) else None
 
 
 def default_pair(sets: list[artifact_sets.RolloutSet]) -> tuple[str | None, str | None]:
@@ -74,6 +72,7 @@ class DashboardController:
         self._frames: dict[tuple[Any, ...], pd.DataFrame] = {}
         self._lock = threading.Lock()
         self.training = training_panel.TrainingPanel(artifacts)
+        self.failures = failure_panel.FailurePanel(artifacts, lambda: serving_weights(hub))
 
     def rollout_sets(self) -> dict[str, artifact_sets.RolloutSet]:
         return {s.name: s for s in artifact_sets.discover(self.artifacts)}
@@ -101,7 +100,7 @@ class DashboardController:
         base, other = default_pair(sets)
         return {"sets": gr.update(choices=choices, value=names),
                 "base": gr.update(choices=choices, value=base), "other": gr.update(choices=choices, value=other),
-                "failures": failure_panel(self.artifacts), **self.training.refresh(),
+                **self.training.refresh(), **self.failures.refresh(),
                 **self.draw(names, "Bug class", "Full fix"), **self.delta(names, base, other, "Reward")}
 
     def draw(self, names: list[str] | None, dimension: str, metric: str) -> dict[str, Any]:
@@ -165,7 +164,8 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
     c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta")
     ctrl.training, panel = training_panel.build(artifacts)
     c.update(panel)
-    c["failures"] = gr.Markdown(failure_panel(artifacts), elem_id="dash-failures")
+    ctrl.failures, failures = failure_panel.build(artifacts, lambda: serving_weights(hub))
+    c.update(failures)
     gr.Markdown("#### Scenario browser (choose a row to play it)")
     with gr.Row():
         c["f_split"] = gr.Dropdown([ANY, "train", "val", "test"], value=ANY, label="Split")
@@ -184,6 +184,9 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
     delta_inputs = [c["sets"], c["base"], c["other"], c["delta_metric"]]
     for trigger in (c["base"], c["other"], c["delta_metric"]):
         trigger.input(bind(ctrl.delta, named), delta_inputs, out)
+    fail_inputs = [c["fail_analysis"], c["fail_dimension"]]
+    for trigger in fail_inputs:
+        trigger.input(bind(ctrl.failures.draw, named), fail_inputs, out)
     train_inputs = [c["train_runs"], c["train_metrics"]]
     for trigger in train_inputs:
         trigger.input(bind(ctrl.training.draw, named), train_inputs, out)

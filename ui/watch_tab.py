@@ -79,6 +79,12 @@ class WatchController:
         value = choices[0][1] if choices else None
         return {"scenario": gr.update(choices=choices, value=value), **self.show(left, right, value, 0)}
 
+    def open_episode(self, name: str, scenario: str) -> dict[str, Any]:
+        """Show ``scenario`` of the set ``name`` alone, from its start (a link from the dashboard)."""
+        choices = rollout_view.scenario_choices(list(self.records(name).values()))
+        return {"left_set": gr.update(value=name), "right_set": gr.update(value=NONE),
+                "scenario": gr.update(choices=choices, value=scenario), **self.show(name, NONE, scenario, 0)}
+
     def show(self, left: str | None, right: str | None, scenario: str | None, index: float | None) -> dict[str, Any]:
         index = int(index or 0)
         out: dict[str, Any] = {}

@@ -180,25 +180,29 @@ def analyze(logs: list[tuple[str, Path]], cache: Any = None, *, examples: int = 
 
 
 def _examples(rows: list[dict[str, Any]], limit: int) -> dict[str, list[dict[str, Any]]]:
-    """Up to ``limit`` episodes per failure category, a new agent or bug class first each time."""
+    """Up to ``limit`` episodes per failure category: a new agent first, then a new bug class, then any."""
     out: dict[str, list[dict[str, Any]]] = {}
     for name in FAILURES:
-        chosen: list[dict[str, Any]] = []
-        seen: set[tuple[str, str]] = set()
         candidates = [r for r in rows if r["category"] == name]
-        for fresh_only in (True, False):
+        chosen: list[dict[str, Any]] = []
+        marks = (lambda r: r["record"].agent_id, lambda r: (r["record"].agent_id, r["record"].bug_class),
+                 lambda r: r["record"].episode_id)
+        taken: set[str] = set()
+        for mark in marks:
+            seen = {mark(c) for c in chosen}
             for row in candidates:
-                record = row["record"]
-                mark = (record.agent_id, record.bug_class)
-                if len(chosen) >= limit or (fresh_only and mark in seen) or any(c["episode_id"] == record.episode_id for c in chosen):
+                if len(chosen) >= limit:
+                    break
+                if row["record"].episode_id in taken or mark(row) in seen:
                     continue
-                seen.add(mark)
-                chosen.append({"set": row["set"], "log": row["log"], "agent": record.agent_id,
-                               "scenario_id": record.scenario_id, "seed": record.seed, "episode_id": record.episode_id,
-                               "bug_class": record.bug_class, "tier": record.tier, "detail": row["detail"],
-                               "reward": record.reward})
+                seen.add(mark(row))
+                taken.add(row["record"].episode_id)
+                chosen.append(row)
         if chosen:
-            out[name] = chosen
+            out[name] = [{"set": r["set"], "log": r["log"], "agent": r["record"].agent_id,
+                          "scenario_id": r["record"].scenario_id, "seed": r["record"].seed,
+                          "episode_id": r["record"].episode_id, "bug_class": r["record"].bug_class,
+                          "tier": r["record"].tier, "detail": r["detail"], "reward": r["record"].reward} for r in chosen]
     return out
 
 

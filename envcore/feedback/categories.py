@@ -56,6 +56,8 @@ class EpisodeFacts:
     """Trap kinds whose probes fail."""
     failed_regressions: int | None = None
     """Regression probes that fail (``None`` when the record carries no verification report)."""
+    load_error: str = ""
+    """Why the patched app did not load (from the verification report, when the record has it)."""
 
     @property
     def format_error_share(self) -> float:
@@ -120,7 +122,7 @@ def episode_facts(record: EpisodeRecord, bundle: Any = None) -> EpisodeFacts:
         changed_files=_changed_files(record.diff or ""), fix_files=fix_files,
         open_sites=tuple(sorted(open_sites)),  # a site is open while any of its exploits works
         closed_sites=tuple(sorted(closed_sites - open_sites)), sprung_traps=tuple(sorted(sprung)),
-        failed_regressions=failed_regressions,
+        failed_regressions=failed_regressions, load_error=str(report.get("load_error") or "").strip(),
     )
 
 
@@ -164,7 +166,8 @@ CATEGORIES: tuple[Category, ...] = (
     Category("infrastructure", "infrastructure failure", "the sandbox failed, not the agent; excluded from rates",
              lambda f: f.reward is None or f.outcome == "infrastructure_error", excluded=True, failure=False),
     Category("solved", "solved", "a full fix", lambda f: f.resolution == "full", failure=False),
-    Category("app_broken", "app broken", "the patched app does not load", lambda f: not f.app_loads),
+    Category("app_broken", "app broken", "the patched app does not load", lambda f: not f.app_loads,
+             lambda f: f.load_error.splitlines()[-1][:160] if f.load_error else ""),
     Category("over_restriction", "over-restriction", "legitimate use broken: a regression or trap probe fails",
              lambda f: f.legit_broken > 0, _over_detail),
     Category("partial_fix", "partial fix", "some exploits refused, not all; legitimate use intact",
@@ -174,7 +177,8 @@ CATEGORIES: tuple[Category, ...] = (
              lambda f: f"{f.format_errors}/{f.steps} steps unreadable"),
     Category("budget_exhausted", "step budget exhausted", "the budget ran out with no exploit closed",
              lambda f: f.budget_exhausted, lambda f: f"{f.steps} steps, {len(f.changed_files)} file(s) changed"),
-    Category("no_patch", "no patch", "submitted without changing the app", lambda f: not f.changed_files),
+    Category("no_patch", "no patch", "submitted without changing the app", lambda f: not f.changed_files,
+             lambda f: f"{f.steps} steps, nothing changed"),
     Category("wrong_site", "wrong site patched", "a patch that closes no exploit", lambda f: bool(f.changed_files),
              _wrong_site_detail),
     Category("other", "other", "none of the above", lambda f: True),

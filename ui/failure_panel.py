@@ -1,0 +1,167 @@
+"""The dashboard's failure-analysis panel: why episodes failed, and the sampling weights in use.
+
+It reads what ``python -m envcore feedback analyze`` and ``feedback plan`` write under
+``artifacts/feedback/`` (each analysis folder's ``analysis.json``; each plan's ``weights.json``):
+
+- a stacked bar chart of the failure categories by bug class, tier, agent or domain, using
+  :func:`ui.charts.failure_chart`, with one colour per category everywhere;
+- the example episodes of every category. Choosing a row opens that episode in the Watch tab, when
+  its log is a rollout set the Space shows; the link is made by the log's path;
+- the sampling weights: those the server samples with (``A01_WEIGHTS``, uniform when unset) beside
+  every planned weights file.
+
+Analyses are cached per file version (path, modification time, size).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from ui import artifact_sets, charts
+
+DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Agent": "agent", "Domain": "domain"}
+EXAMPLE_COLUMNS = ["category", "agent", "scenario_id", "seed", "bug_class", "tier", "detail", "rollout set"]
+NO_ANALYSIS = ("No failure analysis has been written yet: run `python -m envcore feedback analyze --logs artifacts/evals/v1 "
+               "--out artifacts/feedback/<name>` and the categories by bug class, tier and agent, with example "
+               "episodes, appear here.")
+
+
+class FailurePanel:
+    def __init__(self, artifacts: Path, serving_weights: Any = None) -> None:
+        self.artifacts = Path(artifacts)
+        self.serving_weights = serving_weights
+        self._cache: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def folder(self) -> Path:
+        return self.artifacts / "feedback"
+
+    def analyses(self) -> list[str]:
+        """Analysis names: their folder relative to ``artifacts/feedback``."""
+        if not self.folder.is_dir():
+            return []
+        return sorted(p.parent.relative_to(self.folder).as_posix() for p in self.folder.rglob("analysis.json"))
+
+    def load(self, name: str) -> dict[str, Any] | None:
+        path = self.folder / name / "analysis.json"
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        version = (stat.st_mtime_ns, stat.st_size)
+        with self._lock:
+            cached = self._cache.get(name)
+            if cached and cached[0] == version:
+                return cached[1]
+        try:
+            analysis = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        with self._lock:
+            self._cache[name] = (version, analysis)
+        return analysis
+
+    # ----- tables -------------------------------------------------------------------------------
+    @staticmethod
+    def category_table(analysis: dict[str, Any], dimension: str) -> pd.DataFrame:
+        shown = [c["name"] for c in analysis["categories"] if not c["excluded"]]
+        rows = []
+        for key, stat in analysis["by"].get(dimension, {}).items():
+            for name in shown:
+                if stat["counts"].get(name):
+                    rows.append({"slice": key, "category": name, "share": stat["rates"][name],
+                                 "count": stat["counts"][name], "graded": stat["graded"]})
+        return pd.DataFrame(rows, columns=["slice", "category", "share", "count", "graded"])
+
+    def set_names(self) -> dict[str, str]:
+        """Resolved log path -> the Space's rollout-set name (what Watch opens)."""
+        return {str(s.path.resolve()): s.name for s in artifact_sets.discover(self.artifacts)}
+
+    def example_table(self, analysis: dict[str, Any]) -> pd.DataFrame:
+        titles = {c["name"]: c["title"] for c in analysis["categories"]}
+        names = self.set_names()
+        rows = []
+        for category, items in analysis.get("examples", {}).items():
+            for item in items:
+                shown_set = names.get(str(Path(item["log"]).resolve()), "")
+                rows.append([titles.get(category, category), item["agent"], item["scenario_id"], item["seed"],
+                             item["bug_class"], item["tier"], item["detail"], shown_set])
+        return pd.DataFrame(rows, columns=EXAMPLE_COLUMNS)
+
+    def weights_table(self) -> pd.DataFrame:
+        sources: list[tuple[str, dict[str, Any]]] = []
+        serving = self.serving_weights() if callable(self.serving_weights) else self.serving_weights
+        sources.append(("serving now" + ("" if serving else " (uniform: A01_WEIGHTS unset)"), serving or {}))
+        if self.folder.is_dir():
+            for path in sorted(self.folder.rglob("weights.json")):
+                try:
+                    sources.append((f"planned: {path.parent.relative_to(self.folder).as_posix()}", json.loads(path.read_text())))
+                except (OSError, ValueError):
+                    continue
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for label, data in sources:
+            for kind, key in (("bug class", "by_bug_class"), ("tier", "by_tier")):
+                for slice_, weight in (data.get(key) or {}).items():
+                    rows.setdefault((kind, str(slice_)), {"slice": f"{kind} {slice_}"})[label] = round(float(weight), 3)
+        labels = [label for label, _ in sources]
+        frame = pd.DataFrame(list(rows.values()), columns=["slice", *labels])
+        return frame.fillna(1.0) if len(frame) else frame
+
+    # ----- actions ------------------------------------------------------------------------------
+    def refresh(self) -> dict[str, Any]:
+        names = self.analyses()
+        value = names[0] if names else None
+        return {"fail_analysis": gr.update(choices=names, value=value), **self.draw(value, "Bug class")}
+
+    def draw(self, name: str | None, dimension: str) -> dict[str, Any]:
+        weights = self.weights_table()
+        analysis = self.load(name) if name else None
+        if analysis is None:
+            return {"failures": NO_ANALYSIS, "fail_chart": charts.empty_figure("No failure analysis yet"),
+                    "fail_examples": pd.DataFrame(columns=EXAMPLE_COLUMNS), "weights": weights}
+        by = DIMENSIONS.get(dimension, "bug_class")
+        titles = {c["name"]: c["title"] for c in analysis["categories"]}
+        overall = analysis["overall"]
+        top = sorted(((n, c) for c, n in overall["counts"].items() if n and c not in ("solved", "infrastructure")),
+                     reverse=True)[:3]
+        text = (f"**{name}**: {overall['episodes']} episodes from {len(analysis['sets'])} log(s), cache "
+                f"{analysis.get('cache')}; {overall['counts'].get('solved', 0)} solved; most common failures: "
+                + ", ".join(f"{titles.get(c, c)} ({n})" for n, c in top)
+                + f"; {overall['counts'].get('infrastructure', 0)} infrastructure failures, not counted. "
+                "Choose an example row to watch that episode.")
+        return {"failures": text,
+                "fail_chart": charts.failure_chart(self.category_table(analysis, by), by=by, titles=titles),
+                "fail_examples": self.example_table(analysis), "weights": weights}
+
+    @staticmethod
+    def example_link(row: list[Any]) -> tuple[str, str] | None:
+        """(rollout set, scenario id) of an example row, or ``None`` when its log is not shown."""
+        if len(row) < len(EXAMPLE_COLUMNS):
+            return None
+        scenario, shown_set = row[EXAMPLE_COLUMNS.index("scenario_id")], row[EXAMPLE_COLUMNS.index("rollout set")]
+        return (str(shown_set), str(scenario)) if shown_set and scenario else None
+
+
+def build(artifacts: Path, serving_weights: Any = None) -> tuple[FailurePanel, dict[str, Any]]:
+    """Lay out the panel; returns the controller and its components by name."""
+    panel = FailurePanel(artifacts, serving_weights)
+    c: dict[str, Any] = {}
+    gr.Markdown("#### Failure analysis")
+    c["failures"] = gr.Markdown(NO_ANALYSIS, elem_id="dash-failures")
+    with gr.Row():
+        c["fail_analysis"] = gr.Dropdown([], label="Analysis (artifacts/feedback)", elem_id="dash-fail-analysis")
+        c["fail_dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by",
+                                       elem_id="dash-fail-dimension")
+    c["fail_chart"] = gr.Plot(label="Failure categories", elem_id="dash-fail-chart")
+    c["fail_examples"] = gr.Dataframe(pd.DataFrame(columns=EXAMPLE_COLUMNS), label="Example episodes (choose a row to "
+                                      "watch it)", elem_id="dash-fail-examples", max_height=360, interactive=False)
+    c["weights"] = gr.Dataframe(pd.DataFrame(), label="Sampling weights: what the server samples with, and planned ones",
+                                elem_id="dash-weights", max_height=360, interactive=False)
+    return panel, c
