@@ -117,6 +117,8 @@ def action_timings(*, rounds: int) -> dict[str, list[float]]:
             runs = d.training.runs()
             timer("dashboard", "training curves (metrics)", d.training.draw, runs,
                   ["env/reward", "env/full_fix", "env/component/steps_used", "env/episode_steps"])
+            analyses = d.failures.analyses()
+            timer("dashboard", "failure analysis by agent", d.failures.draw, analyses[0] if analyses else None, "Agent")
         return dict(timer.samples)
     finally:
         hub.shutdown()
