@@ -213,3 +213,10 @@ def test_the_failure_panel_shows_the_weights_the_server_samples_with(tmp_path, s
     out = panel.refresh()
     assert out["failures"] == NO_ANALYSIS and len(out["fail_chart"].data) == 0
     assert out["weights"].to_dict("records") == [{"slice": "bug class tenant_leak", "serving now": 2.5}]
+
+
+def test_example_links_hold_from_any_working_directory(tabs, monkeypatch, tmp_path):
+    dash = tabs["dashboard"]["controller"]
+    monkeypatch.chdir(tmp_path)
+    examples = dash.failures.example_table(dash.failures.load("baselines"))
+    assert examples["rollout set"].str.startswith("evals/v1/").all()

@@ -84,13 +84,21 @@ class FailurePanel:
         """Resolved log path -> the Space's rollout-set name (what Watch opens)."""
         return {str(s.path.resolve()): s.name for s in artifact_sets.discover(self.artifacts)}
 
+    def log_path(self, log: str) -> Path:
+        """An example's log: as written, or relative to the project (an analysis run from the project
+        root names ``artifacts/...``; the page may run from elsewhere)."""
+        path = Path(log)
+        if path.is_absolute() or path.exists():
+            return path
+        return self.artifacts.parent / path
+
     def example_table(self, analysis: dict[str, Any]) -> pd.DataFrame:
         titles = {c["name"]: c["title"] for c in analysis["categories"]}
         names = self.set_names()
         rows = []
         for category, items in analysis.get("examples", {}).items():
             for item in items:
-                shown_set = names.get(str(Path(item["log"]).resolve()), "")
+                shown_set = names.get(str(self.log_path(item["log"]).resolve()), "")
                 rows.append([titles.get(category, category), item["agent"], item["scenario_id"], item["seed"],
                              item["bug_class"], item["tier"], item["detail"], shown_set])
         return pd.DataFrame(rows, columns=EXAMPLE_COLUMNS)
