@@ -31,24 +31,20 @@ Choices:
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from envcore.env.episode_log import EpisodeRecord, LogProblem, read_episodes
+from envcore.env.episode_log import EpisodeRecord, LogProblem, find_episode_logs, read_episodes
 
 KINDS = ("trained", "baseline", "human", "validation", "other")
 """Kinds in display order: what was trained first, the oracle's validation runs after the competitors."""
 
 SKIPPED_DIRS = frozenset({"scenarios", "models"})
-LOG_SUFFIXES = (".jsonl.gz", ".jsonl")
 CACHE_ENTRIES = 32
-_SNIFF_BYTES = 4096  # a record's first key after record_version is episode_id: always in the first bytes
 
 
 @dataclass(frozen=True)
@@ -113,43 +109,13 @@ def _label(name: str, kind: str) -> str:
     return f"{shown} · {parent}" if parent else shown
 
 
-def _is_episode_log(path: Path) -> bool:
-    try:
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rb") as handle:
-            head = handle.read(_SNIFF_BYTES)
-    except (OSError, EOFError):
-        return False
-    return not head.strip() or b'"episode_id"' in head
-
-
-def _set_name(relative: Path) -> str:
-    """The set's name from the log's path relative to the root (see :class:`RolloutSet`)."""
-    stem = relative.name.removesuffix(".gz").removesuffix(".jsonl")
-    if stem == "episodes":
-        return relative.parent.as_posix() if relative.parent != Path(".") else "episodes"
-    return (relative.parent / stem).as_posix()
-
-
 def discover(root: Path) -> list[RolloutSet]:
     """Every episode log under ``root``, sorted by kind (:data:`KINDS`) then name; ``[]`` if ``root``
     does not exist. See the module docstring for what is skipped and how a set is named and kinded."""
     root = Path(root)
     if not root.is_dir():
         return []
-    found: dict[str, Path] = {}
-    for folder, dirs, files in os.walk(root):
-        # Pruned in place so os.walk never descends into 1000 bundles or model weights.
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
-        for file in sorted(files):
-            if file.startswith(".") or not file.endswith(LOG_SUFFIXES):
-                continue
-            path = Path(folder) / file
-            name = _set_name(path.relative_to(root))
-            if name in found and not found[name].name.endswith(".gz"):
-                continue  # the plain log already found is the newer copy
-            if _is_episode_log(path):
-                found[name] = path
+    found = find_episode_logs(root, skip_dirs=SKIPPED_DIRS, empty_ok=True)
     sets = [RolloutSet(name=name, path=path, kind=(kind := _kind(name, path.parent)), label=_label(name, kind))
             for name, path in found.items()]
     return sorted(sets, key=lambda s: (KINDS.index(s.kind), s.name))

@@ -153,3 +153,51 @@ def read_episodes(path: str | Path, problems: list[LogProblem] | None = None) ->
             except (ValueError, ValidationError) as exc:
                 if problems is not None:
                     problems.append(LogProblem(line=number, reason=str(exc).splitlines()[0][:300]))
+
+
+LOG_SUFFIXES = (".jsonl.gz", ".jsonl")
+_SNIFF_BYTES = 4096  # a record's first key after record_version is episode_id: always in the first bytes
+
+
+def is_episode_log(path: Path, *, empty_ok: bool = False) -> bool:
+    """Whether ``path`` starts like an episode log (another tool's JSONL does not); an empty file
+    counts when ``empty_ok`` (a log that exists before its first episode)."""
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except (OSError, EOFError):
+        return False
+    return (empty_ok and not head.strip()) or b'"episode_id"' in head
+
+
+def log_set_name(relative: Path) -> str:
+    """A log's name from its path relative to a root: its folder for ``episodes.jsonl[.gz]``
+    (``evals/v1/heuristic``), otherwise its path without the extension (``training/run3/rollouts``)."""
+    stem = relative.name.removesuffix(".gz").removesuffix(".jsonl")
+    if stem == "episodes":
+        return relative.parent.as_posix() if relative.parent != Path(".") else "episodes"
+    return (relative.parent / stem).as_posix()
+
+
+def find_episode_logs(root: str | Path, *, skip_dirs: frozenset[str] = frozenset(), empty_ok: bool = False) -> dict[str, Path]:
+    """Every episode log under ``root`` by :func:`log_set_name`, skipping hidden folders and
+    ``skip_dirs`` wherever they are (pruned, so a cache's bundles are never walked). When a folder
+    holds both ``episodes.jsonl`` and ``episodes.jsonl.gz``, the plain one wins: a resumed run
+    unpacks the compressed log and appends to it, so the plain copy is the newer one."""
+    root = Path(root)
+    found: dict[str, Path] = {}
+    if not root.is_dir():
+        return found
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in skip_dirs)
+        for file in sorted(files):
+            if file.startswith(".") or not file.endswith(LOG_SUFFIXES):
+                continue
+            path = Path(folder) / file
+            name = log_set_name(path.relative_to(root))
+            if name in found and not found[name].name.endswith(".gz"):
+                continue
+            if is_episode_log(path, empty_ok=empty_ok):
+                found[name] = path
+    return found

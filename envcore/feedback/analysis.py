@@ -20,14 +20,13 @@ The oracle applies the reference fix; its runs validate scenarios and are left o
 
 from __future__ import annotations
 
-import gzip
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envcore.env.episode_log import EpisodeRecord, read_episodes
+from envcore.env.episode_log import EpisodeRecord, find_episode_logs, is_episode_log, log_set_name, read_episodes
 from envcore.feedback.categories import BY_NAME, CATEGORIES, FAILURES, categorize, episode_facts
 
 ANALYSIS_VERSION = 1
@@ -38,37 +37,13 @@ VALIDATION_AGENTS = frozenset({"oracle"})
 SKIPPED_DIRS = frozenset({"scenarios", "models", "adapters", "trackio", "feedback"})
 
 
-def _is_episode_log(path: Path) -> bool:
-    try:
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rb") as handle:
-            head = handle.read(4096)
-    except (OSError, EOFError):
-        return False
-    return b'"episode_id"' in head
-
-
 def find_logs(root: str | Path) -> list[tuple[str, Path]]:
-    """``(name, path)`` of every episode log under ``root`` (or ``root`` itself when it is a log).
-    A log called ``episodes.jsonl[.gz]`` is named by its folder relative to ``root``; another by its
-    relative path without the extension. When a folder has both, the plain (newer) one wins."""
+    """``(name, path)`` of every episode log under ``root`` (or ``root`` itself when it is a log), named
+    as the Space names them (:func:`~envcore.env.episode_log.log_set_name`)."""
     root = Path(root)
     if root.is_file():
-        return [(root.name.removesuffix(".gz").removesuffix(".jsonl"), root)] if _is_episode_log(root) else []
-    found: dict[str, Path] = {}
-    for path in sorted(root.rglob("*.jsonl*")):
-        relative = path.relative_to(root)
-        if not path.name.endswith((".jsonl", ".jsonl.gz")) or any(
-                part.startswith(".") or part in SKIPPED_DIRS for part in relative.parts[:-1]):
-            continue
-        stem = path.name.removesuffix(".gz").removesuffix(".jsonl")
-        name = (relative.parent.as_posix() if stem == "episodes" else (relative.parent / stem).as_posix())
-        name = "." if name in ("", ".") else name
-        if name in found and found[name].name.endswith(".jsonl") and path.name.endswith(".gz"):
-            continue
-        if _is_episode_log(path):
-            found[name] = path
-    return sorted(found.items())
+        return [(log_set_name(Path(root.name)), root)] if is_episode_log(root) else []
+    return sorted(find_episode_logs(root, skip_dirs=SKIPPED_DIRS).items())
 
 
 def _stats(names: Iterable[str]) -> dict[str, Any]:
