@@ -92,7 +92,7 @@ def training_run(tmp_path_factory, tiny_model):
         "episodes": {"split": "train", "max_steps": 3, "max_new_tokens": 24, "completion_budget": 200,
                      "curriculum": [{"tiers": [1], "groups": 2}, {"tiers": [2], "groups": 2}], "seed": 1},
         "grpo": {"num_generations": 2, "per_device_train_batch_size": 4, "max_steps": 2, "learning_rate": 1e-3,
-                 "logging_steps": 1},
+                 "logging_steps": 1, "gradient_checkpointing": True},  # as the real config: off while generating
         "tracking": {"project": "a01-test", "dir": str(root / "trackio")},
         "output": {"adapter_dir": str(root / "adapters" / "{name}"), "run_dir": str(root / "training" / "{name}")},
         "evaluation": {"split": "test", "n": 2, "max_steps": 3, "max_new_tokens": 16, "parallel": 2,

@@ -280,10 +280,11 @@ class AlternatingGeneration:
         return out
 
 
-def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, tokenizer, keys, tmp_path):
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "gradient-checkpointing"])
+def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, tokenizer, keys, tmp_path, checkpointing):
     """GRPO through the real environment: when the rollouts of a group earn different rewards, the
     loss has a gradient and the adapter moves (what the random model alone cannot show: its
-    rollouts all tie)."""
+    rollouts all tie). With gradient checkpointing too, as the real config runs."""
     import os
 
     import torch
@@ -301,7 +302,8 @@ def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, to
     tokenizer.padding_side = "left"
     args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, num_generations=2,
                       learning_rate=5e-2, beta=0.0, logging_steps=1, report_to="none", use_cpu=True,
-                      shuffle_dataset=False, save_strategy="no", max_completion_length=400, disable_tqdm=True)
+                      shuffle_dataset=False, save_strategy="no", max_completion_length=400, disable_tqdm=True,
+                      gradient_checkpointing=checkpointing)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     trainer = GRPOTrainer(model=model, reward_funcs=[environment_reward], args=args, processing_class=tokenizer,
                           train_dataset=episode_dataset(keys), rollout_func=rollout,

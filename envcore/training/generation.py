@@ -63,7 +63,12 @@ class TransformersGeneration:
             pad_token_id=self.pad, eos_token_id=sorted(self.eos), bos_token_id=self.tokenizer.bos_token_id,
         )
         device = trainer.accelerator.device
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model, torch.no_grad():
+        # as TRL's own generation does: gradient checkpointing is switched off while generating (it would
+        # disable the KV cache) and back on afterwards with the run's own settings
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                         gather_deepspeed3_params=args.ds3_gather_for_generation,
+                                         gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as model, \
+                torch.no_grad():
             output = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
         new = output[:, width:].tolist()
         return [Generated(_cut(row, budget, self.eos)) for row, budget in zip(new, budgets)]
