@@ -52,7 +52,7 @@ from envcore.env.actions import (
     parse_action,
 )
 from envcore.env.episode_log import StepEntry
-from envcore.env.reply import parse_action_text
+from envcore.env.reply import FORMAT_ERROR, parse_action_text
 from envcore.env.reward import RewardBreakdown, RewardInputs, compute_reward
 from envcore.patching import PatchError, apply_patch, changed_lines, make_diff
 from envcore.runner.base import AppSource, RunnerInfrastructureError
@@ -130,7 +130,7 @@ class Episode:
             if isinstance(parsed, Reply):
                 read = parse_action_text(parsed.text)
                 if read.action is None:
-                    raise ActionError(f"format error: {read.error}")
+                    raise ActionError(f"{FORMAT_ERROR}: {read.error}")
                 tool_name = read.action["tool"]
                 parsed = parse_action(read.action)
                 if isinstance(parsed, (Reply, OutOfBudget)):

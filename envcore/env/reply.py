@@ -32,6 +32,8 @@ MAX_CANDIDATES = 256
 """Opening braces tried per reply before giving up."""
 
 EXAMPLE = '{"tool": "read_file", "path": "app/main.py"}'
+FORMAT_ERROR = "format error"
+"""How a refused step's ``error`` starts when the reply held no readable action."""
 
 _THINK = re.compile(r"<(think|thinking|reasoning)>.*?(</\1>|$)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
@@ -53,6 +55,11 @@ class ParsedAction:
     @property
     def ok(self) -> bool:
         return self.action is not None
+
+
+def is_format_error(error: str | None) -> bool:
+    """Whether an observation's ``error`` says the reply held no readable action."""
+    return bool(error) and error.startswith(FORMAT_ERROR)
 
 
 def parse_action_text(text: Any) -> ParsedAction:

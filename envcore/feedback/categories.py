@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envcore.env.episode_log import EpisodeRecord
+from envcore.env.reply import is_format_error
 from envcore.patching import parse_patch
 
 
@@ -69,11 +70,7 @@ def _components(record: EpisodeRecord) -> dict[str, dict[str, Any]]:
 
 
 def _format_errors(record: EpisodeRecord) -> int:
-    count = 0
-    for step in record.steps:
-        error = (step.observation or {}).get("error") or ""
-        count += error.startswith("format error")
-    return count
+    return sum(is_format_error((step.observation or {}).get("error")) for step in record.steps)
 
 
 def _changed_files(diff: str) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envcore.agents.prompts import Message, observation_message, system_prompt
+from envcore.env.reply import is_format_error
 from envcore.training.episodes import EpisodeKey
 from envcore.training.generation import Generated
 from envcore.training.turns import TurnEncoder
@@ -209,8 +210,7 @@ class EpisodeRollout:
             episode.logprobs += [0.0] * len(reply.ids)
         observation = episode.session.step({"tool": "reply", "text": text})
         episode.steps += 1
-        if observation.error and observation.error.startswith("format error"):
-            episode.format_errors += 1
+        episode.format_errors += is_format_error(observation.error)
         if observation.done:
             episode.final = observation
             return
