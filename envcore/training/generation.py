@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from envcore.training.turns import eos_ids
+
 
 @dataclass
 class Generated:
@@ -40,8 +42,7 @@ class TransformersGeneration:
 
     def __init__(self, trainer: Any, tokenizer: Any) -> None:
         self.trainer, self.tokenizer = trainer, tokenizer
-        eos = tokenizer.eos_token_id
-        self.eos = {eos} if isinstance(eos, int) else set(eos or ())
+        self.eos = eos_ids(tokenizer)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos)
 
     def generate(self, prompts: list[list[int]], budgets: list[int]) -> list[Generated]:
@@ -80,8 +81,7 @@ class VLLMServerGeneration:
     def __init__(self, trainer: Any, tokenizer: Any, client: Any = None) -> None:
         self.trainer = trainer
         self.client = client if client is not None else trainer.vllm_generation.vllm_client
-        eos = tokenizer.eos_token_id
-        self.eos = {eos} if isinstance(eos, int) else set(eos or ())
+        self.eos = eos_ids(tokenizer)
 
     def generate(self, prompts: list[list[int]], budgets: list[int]) -> list[Generated]:
         args = self.trainer.args

@@ -125,9 +125,9 @@ class EpisodeRollout:
 
     def __init__(self, *, session_factory: Callable[[int], Any], tokenizer: Any, max_steps: int, max_new_tokens: int,
                  completion_budget: int, agent_id: str, generator: Callable[[Any], Any],
-                 chat_template: str | None = None, num_generations: int = 1) -> None:
+                 num_generations: int = 1) -> None:
         self.session_factory = session_factory
-        self.encoder = TurnEncoder(tokenizer, chat_template)
+        self.encoder = TurnEncoder(tokenizer)
         self.tokenizer = tokenizer
         self.max_steps, self.max_new_tokens, self.completion_budget = max_steps, max_new_tokens, completion_budget
         self.agent_id, self.make_generator, self.num_generations = agent_id, generator, num_generations

@@ -24,6 +24,12 @@ from typing import Any
 from envcore.agents.prompts import Message
 
 
+def eos_ids(tokenizer: Any) -> set[int]:
+    """The token ids that end a model's turn (a tokenizer may name one or several)."""
+    eos = tokenizer.eos_token_id
+    return {eos} if isinstance(eos, int) else set(eos or ())
+
+
 class TemplateError(ValueError):
     """The chat template cannot render an episode as one growing sequence."""
 
@@ -36,8 +42,7 @@ class TurnEncoder:
         self.chat_template = chat_template
         if chat_template is None and getattr(tokenizer, "chat_template", None) is None:
             raise TemplateError("the tokenizer has no chat template; set model.chat_template in the config")
-        eos = tokenizer.eos_token_id
-        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or ())
+        self.eos_ids = eos_ids(tokenizer)
         self.eos_text = tokenizer.eos_token or ""
 
     def render(self, messages: list[Message], *, generation_prompt: bool) -> str:
