@@ -70,15 +70,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _check(config: Any) -> int:
     from envcore.cache import ScenarioCache
-    from envcore.env.sampler import CurriculumSampler, SamplingWeights
-    from envcore.training.episodes import episode_keys
+    from envcore.training.pipeline import curriculum_sampler, draw_episodes
 
     cache = ScenarioCache.open(config.environment.cache)
-    weights = SamplingWeights.load(config.environment.weights) if config.environment.weights else None
-    split = None if config.episodes.split == "any" else config.episodes.split
     try:
-        keys = episode_keys(CurriculumSampler(cache, weights), config.episodes.curriculum, split=split,
-                            seed=config.episodes.seed, bug_classes=config.episodes.bug_classes)
+        keys = draw_episodes(config, curriculum_sampler(config, cache))
     except ValueError as exc:
         raise SystemExit(f"invalid config: {exc}") from None
     tiers = {t: sum(1 for k in keys if k.tier == t) for t in (1, 2, 3)}

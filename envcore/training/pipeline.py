@@ -81,6 +81,29 @@ def forget_run(project: str, run: str) -> None:
         SQLiteStorage.delete_run(project, run)
 
 
+def model_agent_id(config: TrainConfig, *, adapter: bool) -> str:
+    """How the run's model is named in episode logs: ``llm:<model>``, ``+<run name>`` with the adapter."""
+    base = f"llm:{Path(config.model.name_or_path).name}"
+    return f"{base}+{config.name}" if adapter else base
+
+
+def curriculum_sampler(config: TrainConfig, cache: Any) -> Any:
+    """The curriculum sampler over ``cache`` with the config's sampling weights (if any)."""
+    from envcore.env.sampler import CurriculumSampler, SamplingWeights
+
+    weights = SamplingWeights.load(config.environment.weights) if config.environment.weights else None
+    return CurriculumSampler(cache, weights)
+
+
+def draw_episodes(config: TrainConfig, sampler: Any) -> list[Any]:
+    """The curriculum's episode keys, in order (:func:`envcore.training.episodes.episode_keys`)."""
+    from envcore.training.episodes import episode_keys
+
+    split = None if config.episodes.split == "any" else config.episodes.split
+    return episode_keys(sampler, config.episodes.curriculum, split=split, seed=config.episodes.seed,
+                        bug_classes=config.episodes.bug_classes)
+
+
 def check_servers(config: TrainConfig, cache: Any) -> None:
     """Before anything is written or loaded: every server is reachable, serves ``cache`` and can take
     its share of the generation batch's sessions."""
@@ -92,7 +115,7 @@ def check_servers(config: TrainConfig, cache: Any) -> None:
         check_capacity(urls, config.grpo.generation_batch)
 
 
-def _sessions(config: TrainConfig, cache: Any, run_dir: Path, say: Say) -> Callable[[int], Any]:
+def _sessions(config: TrainConfig, sampler: Any, run_dir: Path, say: Say) -> Callable[[int], Any]:
     from envcore.agents.rollouts import local_sessions, remote_sessions
     from envcore.env.episode_log import EpisodeLogger
 
@@ -103,10 +126,8 @@ def _sessions(config: TrainConfig, cache: Any, run_dir: Path, say: Say) -> Calla
         say(f"environment: {len(urls)} server(s), {batch} sessions")
         return remote_sessions(urls, logger, "training")
     from envcore.env.environment import Runtime
-    from envcore.env.sampler import CurriculumSampler, SamplingWeights
 
-    weights = SamplingWeights.load(config.environment.weights) if config.environment.weights else None
-    runtime = Runtime.from_environ(sampler=CurriculumSampler(cache, weights), sessions=batch)
+    runtime = Runtime.from_environ(sampler=sampler, sessions=batch)
     started = time.perf_counter()
     runtime.get_sandbox()  # started now, sized for the batch, so the first step does not pay for it
     say(f"environment: in process, {batch} sessions, sandbox ready in {time.perf_counter() - started:.1f} s")
@@ -213,8 +234,7 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
     """Run the whole pipeline of the module docstring; return where things went and the figures."""
     use_tracking_dir(config.tracking.dir)
     from envcore.cache import ScenarioCache
-    from envcore.training.episodes import episode_dataset, episode_keys
-    from envcore.env.sampler import CurriculumSampler, SamplingWeights
+    from envcore.training.episodes import episode_dataset
 
     run_dir = config.run_dir
     if config.adapter_dir.exists() and not config.output.overwrite:
@@ -228,10 +248,8 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
             shutil.rmtree(run_dir)
         forget_run(config.tracking.project, config.name)
     run_dir.mkdir(parents=True, exist_ok=True)
-    weights = SamplingWeights.load(config.environment.weights) if config.environment.weights else None
-    split = None if config.episodes.split == "any" else config.episodes.split
-    keys = episode_keys(CurriculumSampler(cache, weights), config.episodes.curriculum, split=split,
-                        seed=config.episodes.seed, bug_classes=config.episodes.bug_classes)
+    sampler = curriculum_sampler(config, cache)
+    keys = draw_episodes(config, sampler)
     say(f"episodes: {len(keys)} scenario groups from cache {cache.root.name} ({config.episodes.split} split), "
         f"tiers in curriculum order")
 
@@ -251,8 +269,8 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
     if config.model.chat_template:
         tokenizer.chat_template = config.model.chat_template
     model = AutoModelForCausalLM.from_pretrained(config.model.name_or_path, dtype=_dtype(config))
-    agent_id = f"llm:{Path(config.model.name_or_path).name}+{config.name}"
-    session_factory = _sessions(config, cache, run_dir, say)
+    agent_id = model_agent_id(config, adapter=True)
+    session_factory = _sessions(config, sampler, run_dir, say)
     rollout = EpisodeRollout(
         session_factory=session_factory, tokenizer=tokenizer, max_steps=config.episodes.max_steps,
         max_new_tokens=config.episodes.max_new_tokens, completion_budget=config.episodes.completion_budget,
@@ -319,14 +337,13 @@ def evaluate_adapter(config: TrainConfig, cache: Any, *, say: Say = _print) -> d
     e, run_dir = config.evaluation, config.run_dir
     common = {"cache": cache, "split": e.split, "n": e.n, "parallel": e.parallel, "max_steps": e.max_steps,
               "urls": config.environment.urls or None}
-    base_name = f"llm:{Path(config.model.name_or_path).name}"
-    trained = evaluate_into(run_dir / "eval" / "trained", "transformers", name=f"{base_name}+{config.name}",
+    trained = evaluate_into(run_dir / "eval" / "trained", "transformers", name=model_agent_id(config, adapter=True),
                             llm=LLMOptions(model=config.model.name_or_path, adapter=str(config.adapter_dir),
                                            max_new_tokens=e.max_new_tokens), **common)
     say(f"evaluation of the adapter: {_line(trained.summary)}")
     pairs: list[tuple[str, Path]] = []
     if e.base_model:
-        base = evaluate_into(run_dir / "eval" / "base", "transformers", name=base_name,
+        base = evaluate_into(run_dir / "eval" / "base", "transformers", name=model_agent_id(config, adapter=False),
                              llm=LLMOptions(model=config.model.name_or_path, max_new_tokens=e.max_new_tokens), **common)
         say(f"evaluation of the base model: {_line(base.summary)}")
         pairs.append(("base model", base.folder))
