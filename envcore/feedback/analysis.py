@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envcore.env.episode_log import EpisodeRecord, find_episode_logs, is_episode_log, log_set_name, read_episodes
+from envcore.env.episode_log import find_episode_logs, is_episode_log, log_set_name, read_episodes
 from envcore.feedback.categories import BY_NAME, CATEGORIES, FAILURES, categorize, episode_facts
 
 ANALYSIS_VERSION = 1
@@ -56,13 +56,33 @@ def _stats(names: Iterable[str]) -> dict[str, Any]:
     }
 
 
-def _solve(rows: list[tuple[EpisodeRecord, str]]) -> dict[str, Any]:
-    graded = [r for r, name in rows if not BY_NAME[name].excluded]
-    full = sum(1 for r, name in rows if name == "solved")
-    partial = sum(1 for r, name in rows if (r.reward_breakdown or {}).get("resolution") == "partial"
-                  and not BY_NAME[name].excluded)
-    return {"graded": len(graded), "full": full, "partial": partial,
-            "score": (full + 0.5 * partial) / len(graded) if graded else None}
+def _solve(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Graded episodes, full and partial fixes, and the solve score of ``rows``."""
+    names = [r["category"] for r in rows]
+    graded = sum(1 for name in names if not BY_NAME[name].excluded)
+    full, partial = names.count("solved"), names.count("partial_fix")
+    return {"graded": graded, "full": full, "partial": partial,
+            "score": (full + 0.5 * partial) / graded if graded else None}
+
+
+SLICES = {
+    "bug_class": lambda row: row["record"].bug_class,
+    "tier": lambda row: str(row["record"].tier),
+    "domain": lambda row: row["domain"],
+    "agent": lambda row: row["record"].agent_id,
+    **{axis: (lambda row, i=i: row["style"][i] if row["style"] else None) for i, axis in enumerate(STYLE_AXES)},
+}
+"""How a row is sliced: by :data:`DIMENSIONS` and by each code-style axis (``None``: unknown style)."""
+
+
+def _grouped(rows: list[dict[str, Any]], slice_: str) -> dict[str, list[dict[str, Any]]]:
+    """``rows`` by their value of ``slice_``, sorted by that value (rows without one left out)."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        value = SLICES[slice_](row)
+        if value is not None:
+            groups[value].append(row)
+    return dict(sorted(groups.items()))
 
 
 class _Bundles:
@@ -85,7 +105,6 @@ def analyze(logs: list[tuple[str, Path]], cache: Any = None, *, examples: int = 
     """The analysis of every finished episode in ``logs``; see the module docstring."""
     bundles = _Bundles(cache)
     manifest = {row["scenario_id"]: row for row in (cache.rows if cache is not None else [])}
-    domains = {sid: row.get("domain", "unknown") for sid, row in manifest.items()}
     rows: list[dict[str, Any]] = []
     sets: dict[str, dict[str, Any]] = {}
     for name, path in logs:
@@ -95,46 +114,25 @@ def analyze(logs: list[tuple[str, Path]], cache: Any = None, *, examples: int = 
                 continue
             facts = episode_facts(record, bundles.get(record.scenario_id))
             category, detail = categorize(facts)
+            entry = manifest.get(record.scenario_id, {})
+            style = entry.get("code_style")
             rows.append({"record": record, "category": category.name, "detail": detail, "set": name, "log": str(path),
-                         "domain": domains.get(record.scenario_id, "unknown"), "facts": facts,
-                         "style": str(manifest.get(record.scenario_id, {}).get("code_style") or "")})
+                         "domain": entry.get("domain", "unknown"), "facts": facts,
+                         "style": tuple(str(style).split("/")) if style else ()})
             kept += 1
         sets[name] = {"log": str(path), "episodes": kept}
 
-    def key(row: dict[str, Any], dimension: str) -> str:
-        record = row["record"]
-        return {"bug_class": record.bug_class, "tier": str(record.tier), "domain": row["domain"],
-                "agent": record.agent_id}[dimension]
-
-    by: dict[str, dict[str, Any]] = {}
-    solve: dict[str, dict[str, Any]] = {}
-    for dimension in DIMENSIONS:
-        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for row in rows:
-            groups[key(row, dimension)].append(row)
-        by[dimension] = {k: _stats(r["category"] for r in v) for k, v in sorted(groups.items())}
-        solve[dimension] = {k: _solve([(r["record"], r["category"]) for r in v]) for k, v in sorted(groups.items())}
-    # per agent and slice: what a plan for one agent weighs
-    per_agent: dict[str, dict[str, dict[str, Any]]] = {}
-    for agent in sorted({r["record"].agent_id for r in rows}):
-        mine = [r for r in rows if r["record"].agent_id == agent]
-        per_agent[agent] = {}
-        for dimension in ("bug_class", "tier", "domain"):
-            groups = defaultdict(list)
-            for row in mine:
-                groups[key(row, dimension)].append((row["record"], row["category"]))
-            per_agent[agent][dimension] = {k: _solve(v) for k, v in sorted(groups.items())}
-        per_agent[agent]["overall"] = _solve([(r["record"], r["category"]) for r in mine])
-    # per agent: scores by code-style value (layout, auth, store, id type) and the traps it sprang
+    by = {dim: {k: _stats(r["category"] for r in v) for k, v in _grouped(rows, dim).items()} for dim in DIMENSIONS}
+    solve = {dim: {k: _solve(v) for k, v in _grouped(rows, dim).items()} for dim in DIMENSIONS}
+    # per agent: what a plan for one agent weighs (its slices, its code styles, the traps it sprang)
+    per_agent: dict[str, dict[str, Any]] = {}
     by_style: dict[str, dict[str, dict[str, Any]]] = {}
     springs: dict[str, dict[str, int]] = {}
-    for agent in per_agent:
-        mine = [r for r in rows if r["record"].agent_id == agent]
-        axes: dict[str, dict[str, list[tuple[EpisodeRecord, str]]]] = defaultdict(lambda: defaultdict(list))
-        for row in mine:
-            for axis, value in zip(STYLE_AXES, row["style"].split("/")) if row["style"] else ():
-                axes[axis][value].append((row["record"], row["category"]))
-        by_style[agent] = {axis: {v: _solve(items) for v, items in sorted(values.items())} for axis, values in axes.items()}
+    for agent, mine in _grouped(rows, "agent").items():
+        per_agent[agent] = {dim: {k: _solve(v) for k, v in _grouped(mine, dim).items()}
+                            for dim in ("bug_class", "tier", "domain")} | {"overall": _solve(mine)}
+        by_style[agent] = {axis: {k: _solve(v) for k, v in groups.items()}
+                           for axis in STYLE_AXES if (groups := _grouped(mine, axis))}
         sprung = Counter(t for r in mine if r["category"] == "over_restriction" for t in r["facts"].sprung_traps)
         springs[agent] = dict(sprung.most_common())
     return {
