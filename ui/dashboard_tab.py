@@ -162,10 +162,8 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
         c["delta_metric"] = gr.Radio(list(DELTA_METRICS), value="Reward", label="Difference in")
     c["delta_text"] = gr.Markdown("", elem_id="dash-delta-text")
     c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta")
-    ctrl.training, panel = training_panel.build(artifacts)
-    c.update(panel)
-    ctrl.failures, failures = failure_panel.build(artifacts, lambda: serving_weights(hub))
-    c.update(failures)
+    c.update(training_panel.build())
+    c.update(failure_panel.build())
     gr.Markdown("#### Scenario browser (choose a row to play it)")
     with gr.Row():
         c["f_split"] = gr.Dropdown([ANY, "train", "val", "test"], value=ANY, label="Split")

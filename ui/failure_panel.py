@@ -157,9 +157,9 @@ class FailurePanel:
         return (str(shown_set), str(scenario)) if shown_set and scenario else None
 
 
-def build(artifacts: Path, serving_weights: Any = None) -> tuple[FailurePanel, dict[str, Any]]:
-    """Lay out the panel; returns the controller and its components by name."""
-    panel = FailurePanel(artifacts, serving_weights)
+def build() -> dict[str, Any]:
+    """Lay out the panel; returns its components by name (the dashboard's controller owns the
+    :class:`FailurePanel` that fills them)."""
     c: dict[str, Any] = {}
     gr.Markdown("#### Failure analysis")
     c["failures"] = gr.Markdown(NO_ANALYSIS, elem_id="dash-failures")
@@ -172,4 +172,4 @@ def build(artifacts: Path, serving_weights: Any = None) -> tuple[FailurePanel, d
                                       "watch it)", elem_id="dash-fail-examples", max_height=360, interactive=False)
     c["weights"] = gr.Dataframe(pd.DataFrame(), label="Sampling weights: what the server samples with, and planned ones",
                                 elem_id="dash-weights", max_height=360, interactive=False)
-    return panel, c
+    return c

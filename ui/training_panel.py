@@ -57,7 +57,7 @@ class TrainingPanel:
         with self._lock:
             if self._cached is not None and self._cached[0] == version:
                 return self._cached[1]
-        frame = read_metrics(self.artifacts / "trackio") if version else read_metrics(self.artifacts / "missing")
+        frame = read_metrics(self.artifacts / "trackio")  # an empty table when no database exists
         projects = frame["project"].nunique() if len(frame) else 0
         frame = frame.assign(label=frame["run"] if projects <= 1 else frame["project"] + "/" + frame["run"])
         with self._lock:
@@ -120,9 +120,9 @@ class TrainingPanel:
         return {"train_curves": figure, "train_text": text}
 
 
-def build(artifacts: Path) -> tuple[TrainingPanel, dict[str, Any]]:
-    """Lay out the panel (inside an open layout block); returns the controller and its components."""
-    panel = TrainingPanel(artifacts)
+def build() -> dict[str, Any]:
+    """Lay out the panel (inside an open layout block); returns its components by name (the
+    dashboard's controller owns the :class:`TrainingPanel` that fills them)."""
     c: dict[str, Any] = {}
     gr.Markdown("#### Training curves")
     c["train_text"] = gr.Markdown(NO_RUNS, elem_id="dash-training")
@@ -130,4 +130,4 @@ def build(artifacts: Path) -> tuple[TrainingPanel, dict[str, Any]]:
         c["train_runs"] = gr.CheckboxGroup([], label="Runs", elem_id="dash-train-runs")
         c["train_metrics"] = gr.Dropdown([], multiselect=True, label="Metrics", elem_id="dash-train-metrics")
     c["train_curves"] = gr.Plot(label="Training metrics over GRPO steps", elem_id="dash-training-curves")
-    return panel, c
+    return c
