@@ -5,6 +5,14 @@ Files are ``{relative path: text}`` mappings. :func:`make_diff` writes git-style
 raises :class:`PatchError` saying which file and hunk failed; it never half-applies. A hunk whose
 line numbers are off is still placed if its context and removed lines match exactly one place in the
 file (agents often miscount lines); fuzzy matching of context is never attempted.
+
+**One rule for lines**, wherever a diff is made, parsed, applied or counted: a line ends at ``"\n"``
+and nowhere else (:func:`split_lines`), as in every unified diff. ``str.splitlines()`` also breaks
+at ``"\r"``, form feed, vertical tab, ``\x1c``-``\x1e``, U+0085, U+2028 and U+2029, all of which
+Python source may hold; a diff made with one rule and read with the other does not apply or is
+miscounted. So ``"\r\n"`` ends a line whose text ends in ``"\r"``, and a lone ``"\r"`` or form feed
+is an ordinary character inside a line. Text is never encoded here, so a lone surrogate is just a
+character too (whether a file set can be written is :mod:`envcore.filetree`'s question).
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ class Hunk:
     old_lines: list[str] = field(default_factory=list)
     new_lines: list[str] = field(default_factory=list)
     header: str = ""
+    removed: int = 0
+    """Lines the hunk marks ``-``."""
+    added: int = 0
+    """Lines the hunk marks ``+``."""
 
 
 @dataclass
@@ -46,8 +58,22 @@ class FilePatch:
         return self.new_path or self.old_path or "?"
 
 
-def _split(text: str) -> list[str]:
-    return text.splitlines(keepends=True)
+def split_lines(text: str, keepends: bool = True) -> list[str]:
+    """``text``'s lines as a unified diff counts them: each ends at ``"\n"`` (kept with ``keepends``);
+    a last line without one is a line too. ``""`` has no lines."""
+    lines = text.split("\n")
+    last = lines.pop()
+    if keepends:
+        lines = [line + "\n" for line in lines]
+    if last:
+        lines.append(last)
+    return lines
+
+
+def line_count(text: str) -> int:
+    """``len(split_lines(text))``, without building the list."""
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
 
 
 def make_diff(old: Mapping[str, str], new: Mapping[str, str], context: int = 3) -> str:
@@ -60,7 +86,7 @@ def make_diff(old: Mapping[str, str], new: Mapping[str, str], context: int = 3) 
         from_name = f"a/{path}" if a is not None else DEV_NULL
         to_name = f"b/{path}" if b is not None else DEV_NULL
         out.append(f"diff --git a/{path} b/{path}\n")
-        lines = list(difflib.unified_diff(_split(a or ""), _split(b or ""), from_name, to_name, n=context))
+        lines = list(difflib.unified_diff(split_lines(a or ""), split_lines(b or ""), from_name, to_name, n=context))
         if not lines:  # an empty file added or removed: headers only, no hunk
             lines = [f"--- {from_name}\n", f"+++ {to_name}\n"]
         for line in lines:
@@ -79,7 +105,7 @@ def _strip_prefix(name: str) -> str | None:
 
 def parse_patch(diff: str) -> list[FilePatch]:
     """Parse a unified diff into file patches; raises :class:`PatchError` on malformed input."""
-    lines = diff.splitlines(keepends=True)
+    lines = split_lines(diff)
     patches: list[FilePatch] = []
     current: FilePatch | None = None
     i = 0
@@ -118,9 +144,11 @@ def parse_patch(diff: str) -> list[FilePatch]:
                     seen_new += 1
                 elif tag == "-":
                     hunk.old_lines.append(text)
+                    hunk.removed += 1
                     seen_old += 1
                 elif tag == "+":
                     hunk.new_lines.append(text)
+                    hunk.added += 1
                     seen_new += 1
                 else:
                     raise PatchError(f"line {i + 1}: unexpected {body[:40]!r} inside hunk {hunk.header}")
@@ -175,7 +203,7 @@ def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
         else:
             if patch.old_path not in result:
                 raise PatchError(f"{patch.old_path}: no such file")
-            source = _split(result[patch.old_path])
+            source = split_lines(result[patch.old_path])
         offset = 0
         for hunk in patch.hunks:
             hint = max(hunk.old_start - 1, 0) + offset
@@ -197,15 +225,25 @@ def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
     return result
 
 
+ALIGN_MAX_LINES = 100
+"""Hunks up to this many lines (old and new together) are re-aligned by :func:`changed_lines`."""
+
+
 def changed_lines(diff: str) -> tuple[int, int]:
-    """(files touched, lines added + removed) of a diff."""
+    """(files touched, lines added + removed) of a diff.
+
+    A hunk of up to :data:`ALIGN_MAX_LINES` lines is re-aligned, so a line removed and added back
+    unchanged does not count; a longer one is counted as written (its ``+`` and ``-`` lines).
+    Re-aligning costs time cubic in the hunk's size in the worst case: a hunk of a few hundred
+    thousand blank lines took minutes, at submit, and 1,000 lines against 1,000 took six seconds."""
     patches = parse_patch(diff)
-    lines = sum(
-        sum(1 for _ in h.old_lines) + sum(1 for _ in h.new_lines) - 2 * _common(h) for p in patches for h in p.hunks
-    )
-    return len(patches), lines
+    return len(patches), sum(h.added + h.removed - 2 * _realigned(h) for p in patches for h in p.hunks)
 
 
-def _common(hunk: Hunk) -> int:
+def _realigned(hunk: Hunk) -> int:
+    """Lines a small hunk marks removed and added that are in fact unchanged (0 for a long hunk)."""
+    if len(hunk.old_lines) + len(hunk.new_lines) > ALIGN_MAX_LINES:
+        return 0
     matcher = difflib.SequenceMatcher(a=hunk.old_lines, b=hunk.new_lines, autojunk=False)
-    return sum(block.size for block in matcher.get_matching_blocks())
+    common = sum(block.size for block in matcher.get_matching_blocks())
+    return common - (len(hunk.old_lines) - hunk.removed)  # beyond the context lines, which are in both

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+
 import pytest
 
 from envcore.patching import PatchError, apply_patch, changed_lines, make_diff, parse_patch
@@ -87,3 +90,97 @@ def test_any_diff_we_make_applies_back_exactly(old, new):
         assert make_diff(old, new) == ""  # nothing to say; applying "" is refused as "no file changes"
         return
     assert apply_patch(old, make_diff(old, new)) == new
+
+
+# ----- every character Python source may hold --------------------------------------------------------
+# str.splitlines() also splits on these; a unified diff splits only on "\n". A diff made with one rule and
+# read or counted with the other no longer applies, or miscounts, or raises at submit.
+_LINE_BREAKERS = ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r", "\r\n"]
+
+
+@pytest.mark.parametrize("char", _LINE_BREAKERS, ids=[repr(c) for c in _LINE_BREAKERS])
+def test_a_character_splitlines_breaks_on_does_not_break_a_diff(char):
+    old = {"app.py": "x = 1\ny = 2\nz = 3\n"}
+    new = {"app.py": f"x = 1\ny = 2{char}# more\nz = 3\n"}
+    diff = make_diff(old, new)
+    assert apply_patch(old, diff) == new
+    # one line removed and one added: the character is inside a line ("\r\n" ends one, so two are added)
+    assert changed_lines(diff) == (1, 3 if "\n" in char else 2)
+
+
+@pytest.mark.parametrize("char", _LINE_BREAKERS, ids=[repr(c) for c in _LINE_BREAKERS])
+def test_a_file_ending_in_a_character_splitlines_breaks_on_round_trips(char):
+    old = {"app.py": "x = 1\n"}
+    new = {"app.py": f"x = 1\ny = 2{char}"}
+    assert apply_patch(old, make_diff(old, new)) == new
+
+
+def test_a_lone_surrogate_in_a_file_round_trips():
+    old = {"app.py": "x = 1\n"}
+    new = {"app.py": "x = '\ud800'\n"}
+    diff = make_diff(old, new)
+    assert apply_patch(old, diff) == new and changed_lines(diff) == (1, 2)
+
+
+def test_split_lines_ends_lines_at_newlines_only():
+    from envcore.patching import split_lines
+
+    assert split_lines("a\fb\r\nc\u2028d\n\ne") == ["a\fb\r\n", "c\u2028d\n", "\n", "e"]
+    assert split_lines("a\n", keepends=False) == ["a"] and split_lines("") == []
+    assert "".join(split_lines("a\rb\n\x85")) == "a\rb\n\x85"
+
+
+def test_a_diff_line_holding_a_form_feed_is_read_as_one_line():
+    diff = "--- a/app.py\n+++ b/app.py\n@@ -1,3 +1,3 @@\n a\n-b\n+b\f# page\n c\n"
+    assert apply_patch(OLD, diff)["app.py"].startswith("a\nb\f# page\nc\n")
+    assert changed_lines(diff) == (1, 2)
+
+
+_any_char_lines = st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=8)
+                           | st.sampled_from(_LINE_BREAKERS), max_size=12)
+_any_texts = st.tuples(_any_char_lines, st.booleans()).map(lambda t: "\n".join(t[0]) + ("\n" if t[1] else ""))
+_any_file_sets = st.dictionaries(st.sampled_from(["app.py", "pkg/a.py", "data/seed.json"]), _any_texts, max_size=3)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(old=_any_file_sets, new=_any_file_sets)
+def test_any_text_python_may_hold_round_trips_and_is_counted(old, new):
+    diff = make_diff(old, new)
+    if old == new:
+        assert diff == ""
+        return
+    assert apply_patch(old, diff) == new
+    changed = [p for p in set(old) | set(new) if old.get(p) != new.get(p)]
+    files, lines = changed_lines(diff)
+    assert files == len(changed)
+    # every changed file with text on either side changes a line (an empty file added or removed changes none)
+    assert lines >= sum(1 for p in changed if old.get(p) or new.get(p))
+
+
+class _Overtime(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """Raise :class:`_Overtime` in the block after ``seconds`` (a stall fails the test instead of hanging it)."""
+    def expire(*_):
+        raise _Overtime(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_hunk_of_sixty_thousand_blank_lines_is_counted_without_stalling_submit():
+    # Re-aligning every hunk is cubic in its size: this hunk took minutes to count.
+    old = {"app.py": "".join("\n" if i % 4 == 0 else f"line_{i} = {i}\n" for i in range(400))}
+    new = {"app.py": "\n" * 60_000}
+    diff = make_diff(old, new)
+    with _deadline(15):
+        files, lines = changed_lines(diff)
+    assert files == 1 and 60_000 - 100 <= lines <= 60_000 + 400
