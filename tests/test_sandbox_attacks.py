@@ -21,7 +21,6 @@ spares after a zygote death).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import resource
@@ -29,7 +28,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import uuid
@@ -37,68 +35,24 @@ from pathlib import Path
 
 import pytest
 
-from envcore.cache import ScenarioCache
-from envcore.patching import apply_patch
-from envcore.runner.base import AppSource
 from envcore.runner.execute import plan_requests
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest
-from envcore.sandbox import LiveApp, Sandbox, SandboxLimits, supported_platform
+from envcore.sandbox import LiveApp, Sandbox, supported_platform
 from envcore.sandbox.pool import PROJECT_ROOT, ZygoteLost
 from envcore.scenario.probes import ProbeKind
 from envcore.verifier import Resolution, verify
+from tests.sandbox_kit import (
+    CACHE_DIR, DISABLE_AUDIT_HOOK, GRADER_PID, LIMITS, PRELUDE, alive, assert_no_reward,
+    assert_sandbox_healthy, bundle_file, bundle_secrets, call, call_json, denied, ppid, source, target_scenario,
+    with_code, with_middleware, with_route, workspace_bytes,
+)
 
 pytestmark = pytest.mark.skipif(supported_platform() is not None, reason="the sandbox is Linux only")
-
-CACHE_DIR = Path(PROJECT_ROOT) / "artifacts" / "scenarios" / "v1"
-LIMITS = SandboxLimits(request_timeout_s=1, load_timeout_s=3, verify_timeout_s=8, cpu_s=4, memory_mb=128)
-ENTRY_FILE = "app.py"
-GRADER_PID = os.getpid()
-
-PRELUDE = '''
-def _attempt(fn):
-    """Run one attack step; report what happened instead of raising."""
-    try:
-        value = fn()
-    except BaseException as exc:  # noqa: BLE001
-        return {"ok": False, "error": type(exc).__name__, "permission": isinstance(exc, PermissionError),
-                "message": str(exc)[:300]}
-    return {"ok": True, "value": repr(value)[:4000]}
-'''
-
-DISABLE_AUDIT_HOOK = '''
-import sys as _sys
-_audit = _sys.modules["envcore.sandbox.audit"]  # loaded by the zygote: importing it raises no event
-_audit.DENIED_EVENTS = frozenset()
-_audit.DENIED_PREFIXES = ("\\x00",)
-_audit.DENIED_MODULES = frozenset()
-_audit._under = lambda path, roots: True
-'''
-"""Turns the audit hook into a no-op by rebinding the module globals its ``decide`` reads at call
-time (a known limit of audit hooks: only the kernel layers are meant to hold)."""
-
-
-# -- the target scenario ----------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1)
-def _target():
-    """(bundle, reference-fixed files): the first shipped single-file idor_read scenario whose one
-    security probe is a single request, sent last, with a shadow to grade on."""
-    cache = ScenarioCache.open(CACHE_DIR)
-    for scenario_id in cache.ids():
-        if cache.row(scenario_id).get("bug_class") != "idor_read":
-            continue
-        bundle = cache.load(scenario_id)
-        security = [p for p in bundle.probes if p.kind == ProbeKind.SECURITY]
-        if (bundle.entrypoint == "app:app" and set(bundle.files) <= {"app.py", "data/seed.json", "instance/secrets.txt"}
-                and bundle.spec is not None and bundle.spec.draft is not None
-                and len(security) == 1 and len(security[0].steps) == 1 and bundle.probes[-1] is security[0]):
-            return bundle, apply_patch(bundle.files, bundle.reference_fix)
-    pytest.skip("no small single-file idor_read scenario in the shipped cache")  # pragma: no cover
 
 
 @pytest.fixture(scope="module")
 def target():
-    return _target()
+    return target_scenario()
 
 
 @pytest.fixture(scope="module")
@@ -116,98 +70,6 @@ def sb():
     box = Sandbox(limits=LIMITS, spares=2).start()
     yield box
     box.close()
-
-
-# -- building malicious apps ------------------------------------------------------------------------
-
-def with_code(files: dict[str, str], code: str) -> dict[str, str]:
-    """``files`` with ``code`` appended to the entry module (it runs at import)."""
-    return {**files, ENTRY_FILE: files[ENTRY_FILE] + "\n\n" + textwrap.dedent(code).strip() + "\n"}
-
-
-def with_route(files: dict[str, str], body: str, path: str = "/attack", prelude: str = "") -> dict[str, str]:
-    """``files`` with a new ``GET path`` route running ``body`` (which returns the response)."""
-    route = (f"@app.get({path!r})\nasync def _attack_route():\n"
-             + textwrap.indent(textwrap.dedent(body).strip(), "    ") + "\n")
-    return with_code(files, PRELUDE + textwrap.dedent(prelude) + "\n\n" + route)
-
-
-def with_middleware(files: dict[str, str], body: str, prelude: str = "") -> dict[str, str]:
-    """``files`` with an HTTP middleware running ``body`` before every request; ``body`` may
-    ``return`` a response, or fall through to the app."""
-    middleware = ("@app.middleware('http')\nasync def _attack_middleware(request, call_next):\n"
-                  + textwrap.indent(textwrap.dedent(body).strip(), "    ")
-                  + "\n    return await call_next(request)\n")
-    return with_code(files, textwrap.dedent(prelude) + "\n\n" + middleware)
-
-
-def source(bundle, files) -> AppSource:
-    return AppSource(files, bundle.entrypoint)
-
-
-def call(sb: Sandbox, bundle, files, path: str = "/attack"):
-    """One request to a live app serving ``files``; the response."""
-    with LiveApp(sb, source(bundle, files)) as live:
-        return live.request(HttpRequest.build("GET", path))
-
-
-def call_json(sb: Sandbox, bundle, files, path: str = "/attack") -> dict:
-    response = call(sb, bundle, files, path)
-    assert response.status == 200, (response.status, response.error, response.body[:500])
-    return json.loads(response.body)
-
-
-def denied(result: dict) -> bool:
-    return result["ok"] is False and result["permission"] is True
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting to be reaped counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return not stat.read().rsplit(") ", 1)[1].startswith("Z")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-
-
-def assert_sandbox_healthy(sb: Sandbox) -> None:
-    """The runner keeps serving: the reference fix still grades FULL in ``sb`` and the zygote is alive."""
-    bundle, fixed = _target()
-    report = verify(bundle, fixed, sandbox=sb)
-    assert report.outcome == "graded" and report.resolution is Resolution.FULL, report.summary()
-    assert report.reward == 1.0
-    assert sb.zygote_pid is not None and alive(sb.zygote_pid)
-
-
-def assert_no_reward(sb: Sandbox, bundle, attack_files):
-    """The attack added to the vulnerable app earns nothing."""
-    report = verify(bundle, attack_files, sandbox=sb)
-    assert report.resolution is Resolution.NO and report.reward == 0.0, report.summary()
-    return report
-
-
-def bundle_secrets(bundle) -> list[str]:
-    """Strings that must never reach an app: the hidden probes' ids and lines of the reference fix."""
-    hidden = [p for p in bundle.probes if not p.visible]
-    found = [p.id for p in hidden] + [bundle.reference_fix.splitlines()[0]]
-    added = [line[1:].strip() for line in bundle.reference_fix.splitlines() if line.startswith("+") and len(line) > 12]
-    found += added[:3]
-    return [s for s in found if s]
-
-
-def bundle_file(bundle) -> Path:
-    return CACHE_DIR / "bundles" / f"{bundle.scenario_id}.json.gz"
-
-
-def workspace_bytes(path: str) -> int:
-    total = 0
-    for root, _dirs, names in os.walk(path):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 # == CPU, memory, processes =========================================================================
@@ -269,7 +131,7 @@ def test_fork_bomb_and_threads_are_refused(sb, bundle, fixed):
     with LiveApp(sb, source(bundle, files)) as live:
         response = live.request(HttpRequest.build("GET", "/attack"))
         results = json.loads(response.body)
-        children = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == live.pid]
+        children = [p for p in os.listdir("/proc") if p.isdigit() and ppid(p) == live.pid]
     assert all(denied(r) for r in results["fork"]) and denied(results["posix_spawn"])
     assert results["thread"]["ok"] is False
     assert results["thread"]["error"] in ("RuntimeError", "PermissionError", "SandboxViolation")
@@ -277,14 +139,6 @@ def test_fork_bomb_and_threads_are_refused(sb, bundle, fixed):
     at_import = PRELUDE + "import os\n_forks = [_attempt(os.fork) for _ in range(200)]"
     assert_no_reward(sb, bundle, with_code(bundle.files, at_import))
     assert_sandbox_healthy(sb)
-
-
-def _ppid(pid: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def test_os_exit_at_import_is_a_load_error(sb, bundle):
@@ -685,7 +539,7 @@ def test_killing_the_grader_zygote_or_process_group_fails(sb, bundle, fixed):
 
 
 def _zygote_children(zygote: int) -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == zygote]
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and ppid(p) == zygote]
 
 
 def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> None:

@@ -54,6 +54,8 @@ ZYGOTE_START_TIMEOUT_S = 120.0
 COMPILED_CACHE_SIZE = 4096
 SPARE_READY_TIMEOUT_S = 60.0
 SHM_MIN_FREE_BYTES = 2 << 30
+SPAWN_ATTEMPTS = 3
+"""Workers :meth:`Sandbox.spawn` starts for one app before calling the sandbox broken."""
 TRUSTED_FILENAME = "<trusted>"
 """Placeholder file name of code compiled here; the worker gives it the file's real path."""
 
@@ -551,18 +553,28 @@ class Sandbox:
 
         ``base`` is the trusted app ``source`` was patched from, with the same data files (a
         bundle's files as shipped, with the data being graded). With it, the worker comes from the
-        base's template where the patch fits one (see :mod:`envcore.sandbox.templates`)."""
+        base's template where the patch fits one (see :mod:`envcore.sandbox.templates`).
+
+        A worker that dies before it is handed the app (a spare whose zygote was replaced, a
+        template that died) is replaced, at most :data:`SPAWN_ATTEMPTS` times in all; then the
+        sandbox is failing, which is an infrastructure error."""
         if self._closed:
             raise RunnerInfrastructureError("the sandbox is closed")
-        template = self.templates.for_patch(source, base) if base is not None else None
-        if template is not None:
+        for _attempt in range(SPAWN_ATTEMPTS):
+            template = self.templates.for_patch(source, base) if base is not None else None
             try:
-                return self._spawn_from_template(source, template)
-            except TemplateLost:
-                # Died since it was last used: the next lookup builds it again, or loads afresh.
-                template = self.templates.for_patch(source, base) if base is not None else None
                 if template is not None:
-                    return self._spawn_from_template(source, template)
+                    worker = self._spawn_from_template(source, template)
+                else:
+                    worker = self._spawn_fresh(source)
+            except TemplateLost:
+                continue  # died since it was last used: the next lookup builds it again, or loads afresh
+            if worker is not None:
+                return worker
+        raise RunnerInfrastructureError(f"the sandbox could not start a worker in {SPAWN_ATTEMPTS} attempts")
+
+    def _spawn_fresh(self, source: AppSource) -> Worker | None:
+        """A zygote's worker loading ``source``; ``None`` if the worker died before it was given the app."""
         worker = self._take_spare()
         self.stats["spawns"] += 1
         self.stats["from_spare"] += worker is not None
@@ -591,10 +603,10 @@ class Sandbox:
             send_frame(worker.sock, *self.load_message(source))
         except OSError:
             worker.close()  # a spare that died while waiting (its zygote was replaced): use a fresh one
-            return self.spawn(source)
+            return None
         return worker
 
-    def _spawn_from_template(self, source: AppSource, template: TemplateLink) -> Worker:
+    def _spawn_from_template(self, source: AppSource, template: TemplateLink) -> Worker | None:
         worker = self.templates.take_spare(template)
         self.stats["spawns"] += 1
         self.stats["from_spare"] += worker is not None
@@ -615,8 +627,8 @@ class Sandbox:
         try:
             send_frame(worker.sock, {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint})
         except OSError:
-            worker.close()  # the template or the spare died: load the patch afresh
-            return self.spawn(source)
+            worker.close()  # the template or the spare died: the caller tries again
+            return None
         return worker
 
     def prepare(self, base: AppSource) -> None:

@@ -1,13 +1,24 @@
-"""Probes against an app in a sandboxed worker: the backend for untrusted code.
+"""Probes against an app in sandboxed workers: the backend for untrusted code.
 
-:func:`run_sandboxed` turns probes into requests in the parent, sends them to a worker one at a time
-(the next only once the last is answered, so the app never sees a request before it must answer it),
-reads each answer with a deadline, and judges it in the parent. A :class:`~envcore.runner.base.Gate` is applied in the
-parent too: gated requests never reach the worker. When the worker crashes or hangs, the request
-it was serving fails, a fresh worker (pristine state, as after a server restart) takes the rest, up
-to ``limits.max_restarts`` times; past that, or past the verification's deadline, the remaining
-requests fail unsent. :class:`SandboxRunner` wraps this in the
-:class:`~envcore.runner.base.ProbeRunner` interface so the scenario check runs on it unchanged.
+**Every probe runs on the app exactly as loaded.** A probe is its own sequence of requests (create a
+record, then read it back), and it is served by a worker of its own: freshly forked from a trusted
+process (the zygote, or the template holding the scenario's original app), given the app, and
+stopped once the probe's last answer is in. So nothing an app keeps in memory, in its files or in
+a database carries from one probe to the next: an app cannot count, rank or remember the grader's
+requests, and neither the order of the probes nor the kind of worker can change a result. A worker
+that has run the app's code never forks anything, so there is no app-controlled process whose state
+later probes could inherit.
+
+:func:`run_sandboxed` turns each probe into requests here, sends them to its worker one at a time
+(the next only once the last is answered), reads each answer with a deadline and judges it here. A
+:class:`~envcore.runner.base.Gate` is applied here too: gated requests never reach a worker, and a
+probe whose every request stops at the gate needs none. When a worker crashes or hangs, the request
+it was serving and the rest of its probe fail; the other probes are unaffected. If the app does not
+load for the first probe that needs it, nothing is graded (``load_error``). If the whole run takes
+longer than ``limits.verify_timeout_s``, *every* probe fails, whichever had been answered: which
+probes finish in time depends on their order, so only the all-or-nothing rule is order-free.
+:class:`SandboxRunner` wraps this in the :class:`~envcore.runner.base.ProbeRunner` interface so the
+scenario check runs on it unchanged.
 """
 
 from __future__ import annotations
@@ -18,9 +29,9 @@ from typing import Mapping, Sequence
 from urllib.parse import unquote
 
 from envcore.runner.base import AppSource, Batch, Gate, RunReport
-from envcore.runner.execute import assemble_outcomes, plan_requests
+from envcore.runner.execute import assemble_outcomes, step_request
 from envcore.runner.http import HttpRequest, HttpResponse, gate_body
-from envcore.sandbox.pool import AppLoadFailure, Sandbox, WorkerGone
+from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone
 from envcore.scenario.probes import Probe
 
 
@@ -38,6 +49,10 @@ def _gate_matcher(gate: Gate):
     return blocks
 
 
+class _Timeout(Exception):
+    """The verification ran past its deadline."""
+
+
 def run_sandboxed(
     sandbox: Sandbox,
     source: AppSource,
@@ -48,82 +63,95 @@ def run_sandboxed(
     stop_on_failure: bool = False,
     base: AppSource | None = None,
 ) -> RunReport:
-    """Run ``probes`` against ``source`` in a fresh worker; see the module docstring. ``base`` (the
-    trusted app ``source`` was patched from) lets the worker come from that app's template."""
+    """Run ``probes`` against ``source``, each in a fresh worker; see the module docstring. ``base``
+    (the trusted app ``source`` was patched from, with the same data files) lets the workers come
+    from that app's template when the patch fits it."""
     limits = sandbox.limits
     started = time.perf_counter()
     deadline = time.monotonic() + limits.verify_timeout_s
-    requests = plan_requests(probes, tokens)
-    responses: list[HttpResponse | None] = [None] * len(requests)
     blocks = _gate_matcher(gate) if gate is not None else (lambda request: None)
-    pending: list[int] = []
-    for i, request in enumerate(requests):
-        answer = blocks(request)
-        if answer is not None:
-            responses[i] = answer
-        else:
-            pending.append(i)
+    responses: list[HttpResponse] = []
+    judged: list[Probe] = []
     containment: dict | None = None
-    restarts = 0
-    worker = None
+    loaded_once = False
+    crashed = 0
+    sent = 0
     try:
-        while pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                _fail_rest(responses, pending, f"not sent: the verification exceeded {limits.verify_timeout_s:g} s")
-                break
-            if worker is None:
+        for probe in probes:
+            requests = [step_request(step, tokens) for step in probe.steps]
+            answers: list[HttpResponse | None] = [blocks(r) for r in requests]
+            if any(a is None for a in answers):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _Timeout
                 try:
                     worker = sandbox.spawn(source, base)
                     containment = worker.wait_ready(min(limits.load_timeout_s, left))
                 except (AppLoadFailure, WorkerGone) as exc:
-                    if worker is not None:
-                        worker.close()
-                    worker = None
-                    if restarts == 0:
+                    if not loaded_once:
                         return RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started,
                                          containment=containment)
-                    _fail_rest(responses, pending, f"not sent: the restarted app did not load ({exc})")
+                    answers = [a or HttpResponse(None, error=f"the app did not load for this check: {exc}")
+                               for a in answers]
+                else:
+                    loaded_once = True
+                    if worker.swapped is False:
+                        base = None  # the patch is more than body changes: load the rest afresh directly
+                    with worker:
+                        asked, gone = _serve_probe(worker, requests, answers, deadline, limits.request_timeout_s)
+                    sent += asked
+                    crashed += gone
+            responses.extend(answers)  # type: ignore[arg-type]
+            judged.append(probe)
+            if stop_on_failure:
+                outcomes, _ = assemble_outcomes(judged[-1:], answers)  # type: ignore[arg-type]
+                if not outcomes[0].passed:
                     break
-            index = pending[0]
-            try:
-                # One request at a time: a worker never holds a request it has not been asked yet, so
-                # it cannot look ahead at the rest of the probes (e.g. to refuse only the last ones).
-                responses[index] = worker.request(requests[index], min(limits.request_timeout_s,
-                                                                      deadline - time.monotonic()))
-                pending.pop(0)
-            except WorkerGone as exc:
-                responses[index] = HttpResponse(None, error=str(exc))
-                pending.pop(0)
-                worker.close()
-                worker = None
-                restarts += 1
-                if restarts > limits.max_restarts and pending:
-                    _fail_rest(responses, pending, f"not sent: the app crashed or hung {restarts} times")
-                    break
-    finally:
-        if worker is not None:
-            worker.close()
-    outcomes, stopped = assemble_outcomes(probes, responses, stop_on_failure=stop_on_failure)  # type: ignore[arg-type]
+    except _Timeout:
+        reason = f"not answered in time: checking this app took longer than {limits.verify_timeout_s:g} s"
+        responses = [HttpResponse(None, error=reason) for probe in probes for _ in probe.steps]
+        judged = list(probes)
+    outcomes, _ = assemble_outcomes(judged, responses)
     return RunReport(
         load_error=None,
         outcomes=tuple(outcomes),
         elapsed_s=time.perf_counter() - started,
-        requests=len(requests),
-        stopped_early=stopped,
+        requests=sent,
+        stopped_early=len(judged) < len(probes),
         containment=containment,
-        restarts=restarts,
+        restarts=crashed,
     )
 
 
-def _fail_rest(responses: list[HttpResponse | None], pending: list[int], reason: str) -> None:
-    for index in pending:
-        responses[index] = HttpResponse(None, error=reason)
-    pending.clear()
+def _serve_probe(worker: Worker, requests: list[HttpRequest], answers: list[HttpResponse | None], deadline: float,
+                 request_timeout_s: float) -> tuple[int, int]:
+    """Send one probe's requests that the gate let through, in order, one at a time; fill in
+    ``answers``. Returns (requests sent, 1 if the worker crashed or hung: the rest of the probe then
+    fails)."""
+    asked = 0
+    for index, request in enumerate(requests):
+        if answers[index] is not None:
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _Timeout
+        asked += 1
+        try:
+            # One request at a time: a worker never holds a request it has not been asked yet.
+            answers[index] = worker.request(request, min(request_timeout_s, left))
+        except WorkerGone as exc:
+            if time.monotonic() >= deadline:
+                raise _Timeout from None
+            answers[index] = HttpResponse(None, error=str(exc))
+            for rest in range(index + 1, len(requests)):
+                if answers[rest] is None:
+                    answers[rest] = HttpResponse(None, error="not sent: the app stopped during an earlier step")
+            return asked, 1
+    return asked, 0
 
 
 class SandboxRunner:
-    """The :class:`~envcore.runner.base.ProbeRunner` for untrusted apps: every run in a fresh worker."""
+    """The :class:`~envcore.runner.base.ProbeRunner` for untrusted apps: every probe in a fresh worker."""
 
     name = "sandbox"
 
@@ -143,7 +171,7 @@ class SandboxRunner:
         return run_sandboxed(self.sandbox, source, probes, tokens, stop_on_failure=stop_on_failure)
 
     def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
-        """One fresh worker per batch (a batch whose every request stops at its gate needs none)."""
+        """Each batch's probes on pristine workers (a probe whose every request stops at its gate needs none)."""
         return [
             run_sandboxed(self.sandbox, source, batch.probes, tokens, gate=batch.gate,
                           stop_on_failure=batch.stop_on_failure)

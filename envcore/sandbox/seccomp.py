@@ -16,7 +16,20 @@ leaves. Denied calls fail with ``EPERM`` (so the app sees a ``PermissionError``,
 * reading or writing other processes' memory, ``ptrace``;
 * mounts, namespaces, ``chroot``, kernel modules, keyrings, BPF, perf, ``userfaultfd``,
   ``io_uring`` (whose operations would bypass this filter), ``open_by_handle_at`` (a classic
-  container escape), reboot, swap, I/O ports.
+  container escape), reboot, swap, I/O ports, the kernel log;
+* **file metadata**: ``chmod``/``chown``/``utime`` and extended attributes in every form (by path,
+  by descriptor, relative to a folder), links, device nodes and inode flags (``FS_IOC_SETFLAGS``).
+  Landlock has no rights for these, and a worker running as the grader's user owns the grader's
+  files (under uid 1000 as under a root without capabilities): without this rule it could change
+  the mode, times or attributes of a template's files, or of the Python installation, and leave
+  notes there for a later worker;
+* **channels between workers**: System V shared memory, semaphores and message queues and POSIX
+  message queues (objects that outlive the process that made them), inotify and fanotify (which
+  would let one worker see another open a shared file), file leases and directory notifications.
+  File locks (``flock`` and the ``fcntl`` set-lock commands) *succeed without doing anything*: every
+  worker has its own copy of the app's files and one thread, so a lock has nothing to protect, and a
+  lock one worker held on a shared readable file (the Python installation) could otherwise be seen by
+  another. SQLite and other libraries that lock keep working.
 
 A wrong architecture (e.g. a 32-bit system call from a 64-bit process) kills the process. Only
 x86-64 is supported; elsewhere :func:`install` reports that it did nothing and the other layers
@@ -47,7 +60,7 @@ _SECCOMP_MODE_FILTER = 2
 
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _X32_SYSCALL_BIT = 0x40000000
-_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; ARG0's low word on little-endian
+_OFF_NR, _OFF_ARCH, _OFF_ARG0, _OFF_ARG1 = 0, 4, 16, 24  # struct seccomp_data; low words on little-endian
 
 X86_64_DENIED = {
     # processes, threads and programs
@@ -68,7 +81,30 @@ X86_64_DENIED = {
     "acct": 163, "settimeofday": 164, "clock_settime": 227, "adjtimex": 159, "sethostname": 170,
     "setdomainname": 171, "quotactl": 179, "lookup_dcookie": 212, "mbind": 237, "migrate_pages": 256,
     "move_pages": 279, "vhangup": 153, "setpriority": 141, "ioprio_set": 251, "process_madvise": 440,
+    "syslog": 103, "uselib": 134,
+    # file metadata (Landlock has no rights for these)
+    "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93, "lchown": 94,
+    "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280, "setxattr": 188,
+    "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199,
+    "setxattrat": 463, "removexattrat": 466, "link": 86, "linkat": 265, "symlink": 88, "symlinkat": 266,
+    "mknod": 133, "mknodat": 259,
+    # objects that outlive a worker or watch another one
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+    "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
+    "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+    "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
+    "fanotify_mark": 301,
 }
+X86_64_LOCK_NOOP = {"flock": 73}
+"""Calls that return success without doing anything (see the module docstring)."""
+FCNTL = 72
+FCNTL_LOCK_NOOP = (6, 7, 37, 38)
+"""``fcntl`` commands that succeed without doing anything: F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW."""
+FCNTL_DENIED = (1024, 1026)
+"""``fcntl`` commands refused: F_SETLEASE (notified when another process opens the file), F_NOTIFY."""
+IOCTL = 16
+IOCTL_DENIED = (0x40086602, 0x40046602, 0x401C5820, 0x40087602, 0x40047602)
+"""``ioctl`` commands refused: FS_IOC_SETFLAGS (64 and 32 bit), FS_IOC_FSSETXATTR, FS_IOC_SETVERSION (64, 32)."""
 X86_64_SELF_ONLY = {"kill": 62, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297}
 """Signal calls allowed only when their first argument (the target pid) is the worker itself."""
 X86_64_SELF_OR_ZERO = {"sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203,
@@ -85,6 +121,7 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 def build_filter(own_pid: int) -> bytes:
     """The BPF program (x86-64) as bytes of ``struct sock_filter``."""
     deny = _RET_ERRNO | errno.EPERM
+    noop = _RET_ERRNO | 0  # the call returns 0 without running
     prog = [
         _insn(_LD | _W | _ABS, 0, 0, _OFF_ARCH),
         _insn(_JMP | _JEQ | _K, 1, 0, _AUDIT_ARCH_X86_64),
@@ -95,6 +132,16 @@ def build_filter(own_pid: int) -> bytes:
     ]
     for nr in sorted(set(X86_64_DENIED.values())):
         prog += [_insn(_JMP | _JEQ | _K, 0, 1, nr), _insn(_RET | _K, 0, 0, deny)]
+    for nr in sorted(X86_64_LOCK_NOOP.values()):
+        prog += [_insn(_JMP | _JEQ | _K, 0, 1, nr), _insn(_RET | _K, 0, 0, noop)]
+    for nr, rules in ((FCNTL, [(FCNTL_LOCK_NOOP, noop), (FCNTL_DENIED, deny)]), (IOCTL, [(IOCTL_DENIED, deny)])):
+        commands = [(value, verdict) for values, verdict in rules for value in values]
+        # if nr: load the command (second argument) and return the verdict of a listed one; else skip
+        prog.append(_insn(_JMP | _JEQ | _K, 0, 2 * len(commands) + 2, nr))
+        prog.append(_insn(_LD | _W | _ABS, 0, 0, _OFF_ARG1))
+        for value, verdict in commands:
+            prog += [_insn(_JMP | _JEQ | _K, 0, 1, value), _insn(_RET | _K, 0, 0, verdict)]
+        prog.append(_insn(_RET | _K, 0, 0, _RET_ALLOW))
     for nr in sorted(X86_64_SELF_ONLY.values()):
         prog += [
             _insn(_JMP | _JEQ | _K, 0, 4, nr),  # not this call: skip the four below

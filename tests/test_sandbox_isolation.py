@@ -1,0 +1,387 @@
+"""Attacks on grading's isolation: one test per attack class, named after the attack.
+
+Two promises of the grader are attacked here:
+
+* **the same patch always earns the same reward**: every probe runs on the app exactly as loaded, so
+  an app cannot count, rank or remember the grader's requests, and neither the order of the probes
+  nor the kind of worker (a fresh one, or one forked from a template) can change a result;
+* **no rollout can touch another rollout**: a worker changes nothing outside its own throwaway copy
+  of the app (no host file, no template file, no file metadata) and leaves nothing a later worker
+  can read (extended attributes, System V or POSIX IPC objects, files in shared folders, locks).
+
+Each malicious app is the battery's target scenario with code injected (see ``tests/sandbox_kit``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from envcore.patching import apply_patch
+from envcore.runner.base import AppSource
+from envcore.runner.http import HttpRequest
+from envcore.sandbox import LiveApp, Sandbox, supported_platform
+from envcore.verifier import Resolution, verify
+from tests.sandbox_kit import (
+    LIMITS, PRELUDE, assert_sandbox_healthy, call_json, denied, source, target_scenario, with_code,
+    with_middleware, with_route,
+)
+
+pytestmark = pytest.mark.skipif(supported_platform() is not None, reason="the sandbox is Linux only")
+
+
+@pytest.fixture(scope="module")
+def target():
+    return target_scenario()
+
+
+@pytest.fixture(scope="module")
+def bundle(target):
+    return target[0]
+
+
+@pytest.fixture(scope="module")
+def fixed(target):
+    return target[1]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    box = Sandbox(limits=LIMITS, spares=2).start()
+    yield box
+    box.close()
+
+
+@pytest.fixture(scope="module")
+def fresh_only():
+    """A sandbox without templates: every worker imports the whole app."""
+    box = Sandbox(limits=LIMITS, spares=1, templates=0).start()
+    yield box
+    box.close()
+
+
+@pytest.fixture(scope="module")
+def eager():
+    """A sandbox that builds a template on the first load of a patch (every worker it can, from one)."""
+    box = Sandbox(limits=LIMITS, spares=1, template_spares=2, template_after=1).start()
+    yield box
+    box.close()
+
+
+def rewards(bundle, files, sandboxes, rounds: int = 3) -> set:
+    """The (resolution, reward, per-probe results) of ``rounds`` gradings in each sandbox."""
+    seen = set()
+    for box in sandboxes:
+        for _ in range(rounds):
+            report = verify(bundle, files, sandbox=box)
+            assert report.outcome in ("graded", "load_error"), report.summary()
+            seen.add((report.resolution, report.reward, tuple(sorted((p.probe_id, p.passed) for p in report.probes))))
+    return seen
+
+
+# == the same patch always earns the same reward ====================================================
+
+COUNT_CALLERS = """
+    global _callers
+    try:
+        _callers
+    except NameError:
+        _callers = set()
+    _callers.add(request.headers.get("authorization", ""))
+    if len(_callers) >= 4:
+        from starlette.responses import JSONResponse
+        return JSONResponse({"detail": "busy"}, status_code=403)
+"""
+"""Refuses every caller once four distinct callers have been seen: a grader sends many requests from
+many users, a person exploring the app sends few."""
+
+
+def test_an_app_that_refuses_the_nth_distinct_caller_earns_what_it_earns_without_the_trick(sb, eager, fresh_only,
+                                                                                          bundle, fixed):
+    honest = rewards(bundle, fixed, [sb], rounds=1)
+    tricked = rewards(bundle, with_middleware(fixed, COUNT_CALLERS), [sb, eager, fresh_only])
+    assert tricked == honest, (tricked, honest)
+    (resolution, reward, _), = tricked
+    assert resolution is Resolution.FULL and reward == 1.0
+    vulnerable = rewards(bundle, bundle.files, [sb], rounds=1)
+    assert rewards(bundle, with_middleware(bundle.files, COUNT_CALLERS), [sb, fresh_only]) == vulnerable
+
+
+FIRST_READER_OWNS = """
+    global _first_reader
+    try:
+        _first_reader
+    except NameError:
+        _first_reader = {}
+    caller = request.headers.get("authorization", "")
+    path = request.url.path
+    if request.method == "GET" and caller and path.count("/") >= 3:
+        owner = _first_reader.setdefault(path, caller)
+        if owner != caller:
+            from starlette.responses import JSONResponse
+            return JSONResponse({"detail": "not found"}, status_code=404)
+"""
+"""A record belongs to whoever read it first: when the owner's own probe happens to come before the
+attacker's, the exploit is refused, so on one shared app the reward would depend on probe order."""
+
+
+def test_an_app_that_remembers_who_read_a_record_first_cannot_pass_by_probe_order(sb, eager, fresh_only, bundle):
+    vulnerable = rewards(bundle, bundle.files, [sb], rounds=1)
+    tricked = rewards(bundle, with_middleware(bundle.files, FIRST_READER_OWNS), [sb, eager, fresh_only], rounds=4)
+    assert len(tricked) == 1, tricked
+    (resolution, reward, _), = tricked
+    (_, vulnerable_reward, _), = vulnerable
+    assert resolution is Resolution.NO and reward == vulnerable_reward == 0.0
+
+
+REWRITE_SEED = """
+    import json as _json
+    _seed = _json.loads(SEED_FILE.read_text())
+    _seed["served"] = _seed.get("served", 0) + 1
+    try:
+        SEED_FILE.write_text(_json.dumps(_seed))
+    except OSError:
+        pass
+    if _json.loads(SEED_FILE.read_text()).get("served", 0) > 3:
+        from starlette.responses import JSONResponse
+        return JSONResponse({"detail": "busy"}, status_code=403)
+"""
+"""Counts the requests it has served in ``data/seed.json`` and refuses everyone after the third: no
+probe sends more than three requests, so the count only bites if the file carries from probe to probe."""
+
+
+def test_writes_to_its_data_files_do_not_reach_the_next_probe(sb, eager, fresh_only, bundle, fixed):
+    honest = rewards(bundle, fixed, [sb], rounds=1)
+    tricked = rewards(bundle, with_middleware(fixed, REWRITE_SEED), [sb, eager, fresh_only])
+    assert tricked == honest, (tricked, honest)
+
+
+def test_probe_order_cannot_change_the_reward(sb, bundle, fixed, monkeypatch):
+    """The grader shuffles probes with its own generator; replaying many orders gives one result."""
+    verify_module = sys.modules["envcore.verifier.verify"]
+
+    patch = with_middleware(fixed, COUNT_CALLERS + FIRST_READER_OWNS)
+    seen = set()
+    for seed in range(6):
+        monkeypatch.setattr(verify_module, "_random", random.Random(seed))
+        report = verify(bundle, patch, sandbox=sb)
+        seen.add((report.resolution, report.reward, tuple(sorted((p.probe_id, p.passed) for p in report.probes))))
+    assert len(seen) == 1, seen
+
+
+def test_the_same_patch_earns_one_reward_from_fresh_and_template_workers(eager, fresh_only, bundle, fixed):
+    for files in (bundle.files, fixed, apply_patch(bundle.files, bundle.reference_fix)):
+        assert len(rewards(bundle, files, [eager, fresh_only], rounds=2)) == 1
+
+
+# == no rollout can touch another rollout ===========================================================
+
+METADATA_ATTACKS = """
+    import os
+    here = os.getcwd()
+    targets = {"seed": os.path.join(here, "data", "seed.json"), "folder": here, "python": os.__file__}
+    out = {}
+    for name, path in targets.items():
+        out[name + ":chmod"] = _attempt(lambda: os.chmod(path, 0))
+        out[name + ":chown"] = _attempt(lambda: os.chown(path, os.getuid(), os.getgid()))
+        out[name + ":utime"] = _attempt(lambda: os.utime(path, (1, 1)))
+        out[name + ":setxattr"] = _attempt(lambda: os.setxattr(path, "user.note", b"seen"))
+        out[name + ":removexattr"] = _attempt(lambda: os.removexattr(path, "user.note"))
+    fd = os.open(targets["seed"], os.O_RDONLY)
+    out["fchmod"] = _attempt(lambda: os.fchmod(fd, 0))
+    out["fchown"] = _attempt(lambda: os.fchown(fd, os.getuid(), os.getgid()))
+    out["futime"] = _attempt(lambda: os.utime(fd, (1, 1)))
+    out["fsetxattr"] = _attempt(lambda: os.setxattr(fd, "user.note", b"seen"))
+    os.close(fd)
+    return out
+"""
+
+
+def _metadata(path: str) -> tuple:
+    info = os.stat(path)
+    try:
+        names = tuple(sorted(os.listxattr(path)))
+    except OSError:
+        names = ()
+    return stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid, info.st_mtime_ns, names
+
+
+@pytest.mark.parametrize("from_template", [False, True], ids=["fresh-worker", "template-worker"])
+def test_changing_file_metadata_is_denied(eager, fresh_only, bundle, fixed, from_template):
+    box = eager if from_template else fresh_only
+    files = with_route(fixed, METADATA_ATTACKS)
+    # a template built from the same files (trusted here) serves the worker by swapping nothing
+    base = AppSource(files, bundle.entrypoint) if from_template else None
+    with LiveApp(box, AppSource(files, bundle.entrypoint), base) as live:
+        response = live.request(HttpRequest.build("GET", "/attack"))
+        worker = live._worker
+        assert (worker.template is not None) is from_template
+        results = json.loads(response.body)
+        template_seed = os.path.join(worker.template.workspace, "data", "seed.json") if worker.template else None
+    assert all(denied(r) for r in results.values()), {k: r for k, r in results.items() if not denied(r)}
+    if template_seed is not None:
+        assert stat.S_IMODE(os.stat(template_seed).st_mode) != 0
+    assert _metadata(os.__file__)[0] != 0
+
+
+NOTE_KEY = 0x5EED0A01
+
+
+def test_notes_left_in_ipc_objects_do_not_reach_the_next_episode(sb, bundle, fixed):
+    writer = with_route(fixed, """
+        import os, mmap
+        out = {}
+        out["shm_open"] = _attempt(lambda: os.open("/dev/shm/a01-note", os.O_CREAT | os.O_WRONLY, 0o600))
+        try:
+            import _posixshmem
+            out["posix_shm"] = _attempt(lambda: _posixshmem.shm_open("/a01-note", os.O_CREAT | os.O_RDWR, 0o600))
+        except ImportError:
+            out["posix_shm"] = {"ok": False, "permission": True, "error": "ImportError"}
+        out["tmp_file"] = _attempt(lambda: open("/tmp/a01-note", "w").write("seen"))
+        return out
+    """)
+    results = call_json(sb, bundle, writer)
+    assert all(denied(r) or r.get("error") == "ImportError" for r in results.values()), results
+    assert not os.path.exists("/dev/shm/a01-note") and not os.path.exists("/tmp/a01-note")
+
+
+SYSV = f"""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    shm = libc.syscall(29, {NOTE_KEY}, 4096, 0o1600)     # shmget(key, size, IPC_CREAT | 0600)
+    msg = libc.syscall(68, {NOTE_KEY}, 0o1600)           # msgget(key, IPC_CREAT | 0600)
+    sem = libc.syscall(64, {NOTE_KEY}, 1, 0o1600)        # semget(key, 1, IPC_CREAT | 0600)
+    mq = libc.syscall(240, b"/a01-note", 0o100 | 0o2, 0o600, None)  # mq_open(name, O_CREAT | O_RDWR)
+    return {{"shmget": shm, "msgget": msg, "semget": sem, "mq_open": mq, "errno": ctypes.get_errno()}}
+"""
+
+
+def test_notes_left_in_system_v_or_posix_ipc_do_not_reach_the_next_episode(sb, bundle, fixed):
+    """The kernel layers hold even with the audit hook (which refuses ctypes) turned off."""
+    from tests.sandbox_kit import DISABLE_AUDIT_HOOK
+
+    try:
+        results = call_json(sb, bundle, with_route(fixed, SYSV, prelude=DISABLE_AUDIT_HOOK))
+        assert all(results[k] == -1 for k in ("shmget", "msgget", "semget", "mq_open")), results
+        assert _ipc_keys().isdisjoint({NOTE_KEY}) and not os.path.exists("/dev/mqueue/a01-note")
+    finally:  # never leave an object behind on the host, whatever happened
+        for flag in ("-M", "-Q", "-S"):
+            subprocess.run(["ipcrm", flag, str(NOTE_KEY)], capture_output=True)
+
+
+def _ipc_keys() -> set[int]:
+    keys = set()
+    for kind in ("shm", "msg", "sem"):
+        with open(f"/proc/sysvipc/{kind}") as table:
+            for line in list(table)[1:]:
+                keys.add(int(line.split()[0]))
+    return keys
+
+
+LOCKS = """
+    import fcntl, os, struct, time
+    path = os.__file__  # a file every worker can read
+    out = {}
+    fd = os.open(path, os.O_RDONLY)
+    out["flock"] = _attempt(lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 1, 0)
+    out["setlk"] = _attempt(lambda: fcntl.fcntl(fd, fcntl.F_SETLK, lock))
+    probe = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 1, 0)
+    out["getlk"] = _attempt(lambda: struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, probe))[0])
+    return out
+"""
+
+
+def test_file_locks_cannot_pass_notes_between_workers_running_at_once(sb, bundle, fixed):
+    """A lock one worker takes on a shared, readable file is invisible to another worker (the lock
+    calls do nothing in the sandbox: every worker has its own copy of the app's files)."""
+    import fcntl
+
+    files = with_route(fixed, LOCKS)
+    with LiveApp(sb, source(bundle, files)) as holder:
+        first = json.loads(holder.request(HttpRequest.build("GET", "/attack")).body)
+        second = call_json(sb, bundle, files)  # another worker, while the first one is alive
+    assert first["flock"]["ok"] and second["flock"]["ok"], (first, second)
+    assert second["getlk"] == {"ok": True, "value": repr(fcntl.F_UNLCK)}, second
+
+
+TEMPLATE_WRECK = """
+    import os, shutil
+    seed = os.path.join(os.getcwd(), "data", "seed.json")
+    return {"write": _attempt(lambda: open(seed, "w").write("{}")),
+            "truncate": _attempt(lambda: os.truncate(seed, 0)),
+            "remove": _attempt(lambda: os.remove(seed)),
+            "rename": _attempt(lambda: os.rename(seed, seed + ".gone")),
+            "rmtree": _attempt(lambda: shutil.rmtree(os.path.join(os.getcwd(), "data"))),
+            "link": _attempt(lambda: os.link(seed, seed + ".2")),
+            "symlink": _attempt(lambda: os.symlink("/etc/passwd", seed + ".3")),
+            "chmod": _attempt(lambda: os.chmod(seed, 0))}
+"""
+
+
+def test_a_template_worker_cannot_change_what_the_next_worker_of_that_template_reads(eager, bundle, fixed):
+    files = with_route(fixed, TEMPLATE_WRECK)
+    base = AppSource(files, bundle.entrypoint)
+    with LiveApp(eager, base, base) as live:
+        results = json.loads(live.request(HttpRequest.build("GET", "/attack")).body)
+        workspace = live._worker.template.workspace
+    assert all(denied(r) for r in results.values()), results
+    seed = os.path.join(workspace, "data", "seed.json")
+    assert json.loads(open(seed).read())["sessions"], "the template's data files are intact"
+    assert sorted(os.listdir(os.path.join(workspace, "data"))) == ["seed.json"]
+
+
+def test_workspaces_are_removed_whatever_the_app_did_to_them(bundle, fixed):
+    box = Sandbox(limits=LIMITS, spares=0, templates=0).start()
+    try:
+        files = with_code(fixed, PRELUDE + """
+import os
+_here = os.getcwd()
+_attempt(lambda: os.chmod(os.path.join(_here, "data"), 0))
+_attempt(lambda: os.chmod(_here, 0o500))
+_attempt(lambda: os.makedirs(os.path.join(_here, "deep/" * 40)))
+""")
+        for _ in range(3):
+            report = verify(bundle, files, sandbox=box)
+            assert report.outcome == "graded"
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(n.startswith("w-") for n in os.listdir(box.root)):
+            time.sleep(0.05)
+        assert [n for n in os.listdir(box.root) if n.startswith("w-")] == []
+        root = box.root
+    finally:
+        box.close()
+    assert not os.path.exists(root)
+
+
+def test_leftover_files_do_not_reach_the_next_episode(sb, bundle, fixed):
+    writer = with_code(fixed, """
+import os
+try:
+    with open(os.path.join(os.getcwd(), "data", "seed.json"), "a") as _f:
+        _f.write(" ")
+except OSError:
+    pass
+""")
+    reader = with_route(fixed, """
+        import os
+        found = []
+        for folder, _dirs, names in os.walk(os.getcwd()):
+            found += [os.path.relpath(os.path.join(folder, n), os.getcwd()) for n in names]
+        return {"files": sorted(found), "seed_tail": open("data/seed.json").read()[-5:]}
+    """)
+    verify(bundle, writer, sandbox=sb)
+    seen = call_json(sb, bundle, reader)
+    assert seen["files"] == ["data/seed.json", "instance/secrets.txt"], seen
+    assert not seen["seed_tail"].endswith(" "), seen
+
+
+def test_grading_leaves_the_sandbox_healthy(sb):
+    assert_sandbox_healthy(sb)
