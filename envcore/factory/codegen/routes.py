@@ -3,6 +3,10 @@
 Handler bodies speak only of ``user`` (the authenticated caller) and store/permission helpers; the
 layout renderer decides how ``user`` is obtained (``Depends``, an inline call, or a decorator).
 Optional routes are switched on by the spec's ``features``.
+
+Administrators' routes start with an empty ``<site>_guard`` code site: the secure app puts nothing
+there (the route's auth level does the work), and it is where a flaw or a narrow fix writes a check
+of its own inside the handler.
 """
 
 from __future__ import annotations
@@ -207,14 +211,17 @@ def build_routes(n: Names, features: tuple[str, ...], sites: Sites) -> list[Rout
     routes.append(
         Route(
             "admin", "admin_list_users", ("GET",), "/api/admin/users", sites("admin.users", "admin"), [],
-            ['return [{k: u[k] for k in ("id", "username", "email", "role")} for u in all_users()]'],
+            [
+                *sites("admin.users_guard", []),
+                'return [{k: u[k] for k in ("id", "username", "email", "role")} for u in all_users()]',
+            ],
         )
     )
     if "export" in features:
         routes.append(
             Route(
                 "admin", f"admin_export_{n.p}", ("GET",), f"/api/admin/{n.p}/export", sites("admin.export", "admin"), [],
-                [f"return {n.list}()"],
+                [*sites("admin.export_guard", []), f"return {n.list}()"],
                 doc=f"Full export of every {n.s}, sensitive fields included.",
             )
         )
@@ -238,7 +245,7 @@ def build_routes(n: Names, features: tuple[str, ...], sites: Sites) -> list[Rout
         routes.append(
             Route(
                 "internal", "internal_backup", ("GET",), "/api/internal/backup", sites("internal.backup", "admin"), [],
-                [f'return {{"users": all_users(), {py(n.p)}: {n.list}()}}'],
+                [*sites("internal.backup_guard", []), f'return {{"users": all_users(), {py(n.p)}: {n.list}()}}'],
                 doc="Nightly backup job pulls everything from here.",
             )
         )
