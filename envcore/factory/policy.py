@@ -74,13 +74,18 @@ def build_policy(domain: DomainSpec, features: tuple[str, ...]) -> AccessPolicy:
         add(
             PolicyRule(action="shared_read", principals=("anyone",), fields=("id",) + tuple(
                 f.name for f in r.fields if not f.sensitive)),
-            f"Anyone with a share link (`/api/shared/{{code}}`) may view a shared {r.singular}'s non-sensitive fields,"
-            " without signing in.",
+            f"Anyone with a share link (`/api/shared/{{code}}`) may view a shared {r.singular}'s id and its"
+            f" non-sensitive fields ({', '.join(f.name for f in r.fields if not f.sensitive)}), without signing in;"
+            f" nothing else (not its `{r.owner_field}`"
+            + (f", its `{r.tenant_field}`" if r.tenant_field else "")
+            + " or its share code).",
         )
     if "profile" in features:
         add(
             PolicyRule(action="profile_update", principals=("self",), fields=("display_name", "email")),
-            "Users may change their own `display_name` and `email`; nobody can change their own role.",
+            "Users may change their own `display_name` and `email` and nothing else: nobody can change their own"
+            " role, username, `password_hash` or `api_key`"
+            + (f", or move themselves to another {tenant} (`{r.tenant_field}`)." if r.tenant_field else "."),
         )
     if "directory" in features:
         add(

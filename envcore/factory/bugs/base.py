@@ -1,9 +1,23 @@
-"""What a bug class is, and the helpers its probes are written with.
+"""What a bug class is, and the helpers its probes and narrow fixes are written with.
 
 A :class:`BugClass` names an OWASP A01 pattern and its CWE ids, and lists :class:`Variant` s. A
 variant says which code sites it breaks (and how: ``mutations`` map code-site keys to functions that
-rewrite the secure fragment), which optional routes the app needs, and which security probes prove
-the bug. Adding a bug class is one module defining one ``BugClass`` and one line in the registry.
+rewrite the secure fragment), which optional routes the app needs, which security probes prove the
+bug, and which :class:`NarrowFix` es its probes must catch. Adding a bug class is one module defining
+one ``BugClass`` and one line in the registry.
+
+**Every exploit path the policy forbids is probed.** A bug is rarely reachable one way only: a raw
+profile update accepts every account column, a shared permission helper answers for several routes
+and several kinds of caller, a redirect check can be dodged with several spellings of "another site".
+Probes try each of them, so a fix that closes only the path a naive author thought of fails a probe.
+The *paths* are spelled out twice, on purpose: once as probe steps (what an attacker sends) and once
+as narrow fixes (the reference fix weakened to leave exactly one path open), which the scenario check
+runs to prove the first list covers the second.
+
+Who may do what follows the policy's roles. The parts people play in probes (see
+:data:`INTRUDERS`): ``attacker`` is a plain user of the victim's tenant, ``bystander`` a plain user of
+another tenant, ``manager`` the manager of the victim's tenant (who may read, not modify) and
+``rival_manager`` the manager of another tenant. Managers exist only in multi-tenant domains.
 """
 
 from __future__ import annotations
@@ -13,12 +27,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from envcore.factory.codegen.names import Names
-from envcore.factory.codegen.parts import Mutation
+from envcore.factory.codegen.parts import Mutation, py
 from envcore.scenario.probes import (
     DENIED,
     BodyExcludes,
     BodyIncludes,
     Fact,
+    JsonEquals,
     Probe,
     ProbeKind,
     ProbeStep,
@@ -48,6 +63,117 @@ SITE_ROUTES: dict[str, Callable[[Names], tuple[str, str]]] = {
 }
 
 
+INTRUDERS: dict[str, tuple[str, ...]] = {
+    "read": ("attacker", "rival_manager"),
+    "modify": ("attacker", "manager"),
+    "admin": ("attacker", "manager"),
+    "assign": ("attacker", "manager"),
+}
+"""Who must be refused, per action, one part per role the policy names: a plain user who does not own
+the record, and the manager the policy leaves out (of another tenant for reads; of the same tenant for
+changes, which the policy reserves to owners and administrators; any manager for admin functions).
+Parts the scenario does not cast (managers in single-tenant domains) are left out. ``assign`` is
+naming another owner for a new record, which the policy gives to nobody ("the owner is always the
+caller")."""
+
+ROLE_OF = {"attacker": "user", "bystander": "user", "manager": "manager", "rival_manager": "manager"}
+WHO = {
+    "attacker": "another user",
+    "bystander": "a user of another tenant",
+    "manager": "the manager of the owner's tenant",
+    "rival_manager": "a manager of another tenant",
+}
+
+
+def plays(part: str, *, record: bool = True) -> Callable[[Names], str]:
+    """A condition in the generated code: the caller (``user``) plays ``part``, towards ``record``
+    when ``record`` (same or other tenant), else by role alone."""
+
+    def condition(names: Names) -> str:
+        text = f'user["role"] == {py(ROLE_OF[part])}'
+        if record and names.tenant:
+            op = "==" if part in ("attacker", "manager") else "!="
+            text += f" and record[{py(names.tenant)}] {op} user[{py(names.tenant)}]"
+        return text
+
+    return condition
+
+
+@dataclass(frozen=True)
+class NarrowFix:
+    """A fix that closes every exploit path of a variant but one: the reference fix weakened where a
+    naive author stops (the ``role`` field refused, ``api_key`` let through). The scenario check
+    renders the secure app with ``mutations`` and requires some probe to fail: a scenario whose probes
+    pass a narrow fix never tries the path it leaves open."""
+
+    name: str
+    """Stable id, unique within the variant."""
+    leaves_open: str
+    """The path left open, in plain words (``"setting api_key on one's own profile"``)."""
+    mutations: Mapping[str, Mutation]
+    """Code-site key -> rewrite of the secure fragment (as a variant's flaws)."""
+    needs: tuple[str, ...] = ()
+    """What the path needs to exist: ``"tenant"`` (a multi-tenant domain), ``"field:<i>"`` (a resource
+    with more than ``i`` fields) and optional routes (``"legacy_alias"``, ``"search"``...)."""
+
+    def applies(self, spec: ScenarioSpec) -> bool:
+        return all(_has(spec, need) for need in self.needs)
+
+
+def _has(spec: ScenarioSpec, need: str) -> bool:
+    if need == "tenant":
+        return spec.tenanted
+    if need.startswith("field:"):
+        return len(spec.domain.resource.fields) > int(need.partition(":")[2])
+    return need in spec.features
+
+
+def needs_of(part: str) -> tuple[str, ...]:
+    """Every part but the attacker exists only in multi-tenant domains."""
+    return () if part == "attacker" else ("tenant",)
+
+
+def let_through(action: str, build: Callable[[Callable[[Names], str]], Mapping[str, Mutation]], what: str,
+                *, record: bool = True, needs: tuple[str, ...] = ()) -> tuple[NarrowFix, ...]:
+    """One narrow fix per intruder of ``action``: ``build(condition)`` gives the mutations that let
+    callers matching ``condition`` through; ``what`` says what they then do (``"read the record"``)."""
+    return tuple(
+        NarrowFix(f"lets_{part}", f"{what} as {WHO[part]}", build(plays(part, record=record)), needs_of(part) + needs)
+        for part in INTRUDERS[action]
+    )
+
+
+def check_skipped_for(condition: Callable[[Names], str]) -> Mutation:
+    """A route's ``if not can_x(user, record):`` check that callers matching ``condition`` skip."""
+
+    def mutate(names: Names, secure: list[str]) -> list[str]:
+        head, *rest = secure
+        if not head.startswith("if not "):
+            raise ValueError(f"not a permission check: {head!r}")
+        return [f"if not ({condition(names)}) and {head[3:]}", *rest]
+
+    return mutate
+
+
+def helper_allows(condition: Callable[[Names], str]) -> Mutation:
+    """A permission helper that answers True first for callers matching ``condition``."""
+    return lambda names, secure: [f"if {condition(names)}:", "    return True", *secure]
+
+
+def inline_check(action: str) -> Mutation:
+    """A route's ``if not can_x(user, record):`` replaced by the policy written out in the route (the
+    fix an author makes in the route they were told about, leaving the shared helper as it is)."""
+
+    def mutate(names: Names, secure: list[str]) -> list[str]:
+        allowed = f'user["role"] == "admin" or record[{py(names.owner)}] == user["id"]'
+        if action == "read" and names.tenant:
+            t = py(names.tenant)
+            allowed += f' or user["role"] == "manager" and record[{t}] == user[{t}]'
+        return [f"if not ({allowed}):", *secure[1:]]
+
+    return mutate
+
+
 @dataclass(frozen=True)
 class Variant:
     """One concrete way to get a bug class wrong."""
@@ -66,6 +192,12 @@ class Variant:
     site_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """For multi-site variants whose sites are separate code: site -> the code keys it owns. The
     scenario check uses it to build "fixed one site only" apps; shared-helper variants leave it empty."""
+    narrow_fixes: tuple[NarrowFix, ...] = ()
+    """Fixes that leave one forbidden path open each; the probes must fail every one that applies."""
+
+    def narrow_fixes_for(self, spec: ScenarioSpec) -> tuple[NarrowFix, ...]:
+        """The narrow fixes whose path exists in the app of ``spec``."""
+        return tuple(fix for fix in self.narrow_fixes if fix.applies(spec))
 
     @property
     def multi_site(self) -> bool:
@@ -142,6 +274,63 @@ class ProbeContext:
     def token(self, stem: str) -> str:
         """A short hex string fixed by the seed, for values a probe writes."""
         return hashlib.sha256(f"{self.spec.seed}:{stem}".encode()).hexdigest()[:8]
+
+    def intruders(self, action: str) -> tuple[str, ...]:
+        """The parts (of :data:`INTRUDERS`) this scenario casts for ``action``."""
+        return tuple(part for part in INTRUDERS[action] if part in self.spec.roles)
+
+    def forged(self, record: RecordSpec, field_name: str, stem: str):
+        """A value for ``field_name`` that differs from ``record``'s (what an intruder writes)."""
+        kind = next(f.kind for f in self.spec.domain.resource.fields if f.name == field_name)
+        original = record.values[field_name]
+        if kind == "int":
+            return original % 9 + 1
+        if kind == "money":
+            return round(original + 1.25, 2)
+        if kind == "bool":
+            return not original
+        if kind == "date":
+            return "2019-07-04"
+        if kind == "email":
+            return f"intruder.{self.token(stem)}@example.test"
+        return f"Edited by intruder {self.token(stem)}"
+
+    def read_steps(self, record: RecordSpec, *, legacy: bool = False, **request) -> list[ProbeStep]:
+        """Every read intruder asks for ``record`` by id and gets neither its title nor its secrets."""
+        leaks = denied(self.title(record), *self.secrets(record))
+        path = self.detail(record, legacy=legacy)
+        return [step(self.who(part), "GET", path, *leaks, **request) for part in self.intruders("read")]
+
+    def edit_steps(self, record: RecordSpec, stem: str, **request) -> list[ProbeStep]:
+        """The attacker tries to change each field of ``record`` on its own (a check that looks at one
+        field only lets the others through), every other modify intruder tries the title, and the
+        owner then finds every field as it was."""
+        n = self.names
+        attacker, *others = self.intruders("modify")
+        steps = [
+            step(self.who(attacker), "PATCH", self.detail(record), *denied(),
+                 json_body={f: self.forged(record, f, stem)}, **request)
+            for f in n.fields
+        ]
+        steps += [
+            step(self.who(part), "PATCH", self.detail(record), *denied(),
+                 json_body={n.title: self.forged(record, n.title, f"{stem}:{part}")}, **request)
+            for part in others
+        ]
+        unchanged = [JsonEquals(path=f, value=record.values[f]) for f in n.fields]
+        steps.append(step(self.who("victim"), "GET", self.detail(record), StatusIn(codes=(200,)), *unchanged))
+        return steps
+
+    def delete_steps(self, record: RecordSpec, **request) -> list[ProbeStep]:
+        """Every modify intruder tries to delete ``record``; the owner still reads it afterwards."""
+        steps = [step(self.who(part), "DELETE", self.detail(record), *denied(), **request)
+                 for part in self.intruders("modify")]
+        steps.append(step(self.who("victim"), "GET", self.detail(record), *ok(self.title(record))))
+        return steps
+
+    def admin_steps(self, method: str, path: str, *leaks: str, **request) -> list[ProbeStep]:
+        """Every admin intruder calls an administrators' route and is refused."""
+        return [step(self.who(part), method, path, *denied(*leaks), **request) for part in self.intruders("admin")]
 
     def next_id(self, stem: str) -> str:
         self._ids[stem] = self._ids.get(stem, 0) + 1

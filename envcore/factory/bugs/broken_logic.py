@@ -2,10 +2,22 @@
 
 Classic Python slips: ``role == "admin" or "manager"`` (always true), or a role test standing in for
 an ownership test. The permission helper is shared, so one wrong condition opens several routes.
+
+Forbidden paths: everything the broken helper answers for. ``can_read`` guards the detail route and,
+when the app has it, the v1 alias (a fix written into the detail route alone leaves the alias open);
+``can_modify`` guards update and delete. Each is tried by every kind of caller the policy refuses.
 """
 
-from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, denied, ok, step
-from envcore.scenario.probes import BodyExcludes
+from envcore.factory.bugs.base import (
+    BugClass,
+    NarrowFix,
+    ProbeContext,
+    Variant,
+    helper_allows,
+    inline_check,
+    let_through,
+)
+from envcore.factory.bugs.idor_write import delete_probe, edit_probe, field_fixes
 
 ADMIN_TEST = 'if user["role"] == "admin":'
 
@@ -27,37 +39,52 @@ def _role_instead_of_owner(names, secure):
 
 def _read_probes(ctx: ProbeContext):
     record = ctx.record("read")
-    return [
+    out = [
         ctx.security(
-            f"another user cannot read the victim's {ctx.names.s}",
-            [step(ctx.who("attacker"), "GET", ctx.detail(record), *denied(ctx.title(record), *ctx.secrets(record)))],
+            f"other users cannot read the victim's {ctx.names.s}",
+            ctx.read_steps(record),
             "detail",
         )
     ]
+    if "legacy_alias" in ctx.spec.features:  # the alias asks the same helper
+        out.append(
+            ctx.security(
+                f"other users cannot read the victim's {ctx.names.s} through the v1 alias",
+                ctx.read_steps(record, legacy=True),
+                "legacy",
+            )
+        )
+    return out
 
 
 def _modify_probes(ctx: ProbeContext):
-    n = ctx.names
-    victim, attacker = ctx.who("victim"), ctx.who("attacker")
-    target = ctx.record("target_update")
-    forged = f"Edited by intruder {ctx.token('logic')}"
-    doomed = ctx.record("target_delete")
-    return [
-        ctx.security(
-            f"another user cannot edit the victim's {n.s}",
-            [
-                step(attacker, "PATCH", ctx.detail(target), *denied(), json_body={n.title: forged}),
-                step(victim, "GET", ctx.detail(target), *ok(ctx.title(target)), BodyExcludes(texts=(forged,))),
-            ],
-            "update",
-        ),
-        ctx.security(
-            f"another user cannot delete the victim's {n.s}",
-            [step(attacker, "DELETE", ctx.detail(doomed), *denied()), step(victim, "GET", ctx.detail(doomed), *ok())],
-            "delete",
-        ),
-    ]
+    return [edit_probe(ctx, "logic"), delete_probe(ctx)]
 
+
+def _read_fixes(flaw):
+    return let_through("read", lambda who: {"policy.can_read": helper_allows(who)}, "reading the record") + (
+        NarrowFix("fixed_in_detail_route", "reading through the v1 alias, which still asks the broken helper",
+                  {"policy.can_read": flaw, "detail.check": inline_check("read")}, ("legacy_alias",)),
+        NarrowFix("fixed_in_alias_route", "reading through the detail route, which still asks the broken helper",
+                  {"policy.can_read": flaw, "legacy.check": inline_check("read")}, ("legacy_alias",)),
+    )
+
+
+def _modify_fixes(flaw):
+    return (
+        let_through("modify", lambda who: {"policy.can_modify": helper_allows(who)}, "changing or deleting the record")
+        + (
+            NarrowFix("fixed_in_update_route", "deleting, which still asks the broken helper",
+                      {"policy.can_modify": flaw, "update.check": inline_check("modify")}),
+            NarrowFix("fixed_in_delete_route", "editing, which still asks the broken helper",
+                      {"policy.can_modify": flaw, "delete.check": inline_check("modify")}),
+        )
+        + field_fixes()
+    )
+
+
+READ_OR_MANAGER = _or_literal("manager")
+MODIFY_OR_OWNER = _or_literal("owner")
 
 BUG = BugClass(
     name="broken_authz_logic",
@@ -65,12 +92,15 @@ BUG = BugClass(
     title="Incorrect authorization logic",
     symptom="the permission check lets the wrong people through",
     variants=(
-        Variant("read_or_literal", ("detail",), {"policy.can_read": _or_literal("manager")}, _read_probes,
-                subtle=True, description='can_read tests `role == "admin" or "manager"`, which is always true'),
+        Variant("read_or_literal", ("detail",), {"policy.can_read": READ_OR_MANAGER}, _read_probes,
+                subtle=True, description='can_read tests `role == "admin" or "manager"`, which is always true',
+                narrow_fixes=_read_fixes(READ_OR_MANAGER)),
         Variant("read_role_not_owner", ("detail",), {"policy.can_read": _role_instead_of_owner}, _read_probes,
-                subtle=True, description="can_read checks for a valid role instead of ownership"),
-        Variant("modify_or_literal", ("update", "delete"), {"policy.can_modify": _or_literal("owner")},
+                subtle=True, description="can_read checks for a valid role instead of ownership",
+                narrow_fixes=_read_fixes(_role_instead_of_owner)),
+        Variant("modify_or_literal", ("update", "delete"), {"policy.can_modify": MODIFY_OR_OWNER},
                 _modify_probes, subtle=True,
-                description='can_modify tests `role == "admin" or "owner"`, which is always true'),
+                description='can_modify tests `role == "admin" or "owner"`, which is always true',
+                narrow_fixes=_modify_fixes(MODIFY_OR_OWNER)),
     ),
 )

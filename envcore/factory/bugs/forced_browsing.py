@@ -1,15 +1,32 @@
-"""Forced browsing (CWE-425, CWE-424): an alternate path or verb skips the check the main path has."""
+"""Forced browsing (CWE-425, CWE-424): an alternate path or verb skips the check the main path has.
 
-from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, const, denied, drop, step
+Forbidden paths: on the v1 alias, every caller the policy does not let read the record; on the usage
+report, both methods (GET and POST) from every non-administrator (a guard turned round to cover POST
+leaves GET open; one that refuses the ``user`` role lets managers in); on the internal backup, every
+caller but the administrators' job: anonymous callers *and* signed-in users (requiring a login is not
+the fix).
+"""
+
+from envcore.factory.bugs.base import (
+    BugClass,
+    NarrowFix,
+    ProbeContext,
+    Variant,
+    check_skipped_for,
+    const,
+    denied,
+    drop,
+    let_through,
+    step,
+)
+from envcore.factory.bugs.missing_admin import REFUSE, role_fixes
 
 
 def _legacy(ctx: ProbeContext):
-    record = ctx.record("read")
     return [
         ctx.security(
             f"the v1 alias enforces the same ownership rule as the main {ctx.names.s} route",
-            [step(ctx.who("attacker"), "GET", ctx.detail(record, legacy=True),
-                  *denied(ctx.title(record), *ctx.secrets(record)))],
+            ctx.read_steps(ctx.record("read"), legacy=True),
             "legacy",
         )
     ]
@@ -18,8 +35,8 @@ def _legacy(ctx: ProbeContext):
 def _verb(ctx: ProbeContext):
     return [
         ctx.security(
-            "a regular user cannot regenerate the admin report with POST",
-            [step(ctx.who("attacker"), "POST", "/api/admin/report", *denied())],
+            "only administrators can view or regenerate the admin report",
+            ctx.admin_steps("POST", "/api/admin/report") + ctx.admin_steps("GET", "/api/admin/report"),
             "admin.report",
         )
     ]
@@ -27,10 +44,12 @@ def _verb(ctx: ProbeContext):
 
 def _backup(ctx: ProbeContext):
     victim = ctx.user("victim")
+    leaks = (victim.password_hash, victim.api_key)
     return [
         ctx.security(
-            "the internal backup is not served to anonymous callers",
-            [step(None, "GET", "/api/internal/backup", *denied(victim.password_hash, victim.api_key))],
+            "the internal backup is served to nobody but administrators",
+            [step(None, "GET", "/api/internal/backup", *denied(*leaks)),
+             *ctx.admin_steps("GET", "/api/internal/backup", *leaks)],
             "internal.backup",
         )
     ]
@@ -38,7 +57,11 @@ def _backup(ctx: ProbeContext):
 
 GET_ONLY_GUARD = [
     'if request.method == "GET" and user["role"] != "admin":',
-    '    raise HTTPException(status_code=403, detail="administrators only")',
+    REFUSE,
+]
+POST_ONLY_GUARD = [
+    'if request.method == "POST" and user["role"] != "admin":',
+    REFUSE,
 ]
 
 BUG = BugClass(
@@ -48,11 +71,18 @@ BUG = BugClass(
     symptom="an old or unlisted way into the API skips the access checks",
     variants=(
         Variant("legacy_alias_unchecked", ("legacy",), {"legacy.check": drop()}, _legacy,
-                features=("legacy_alias",), description="the v1 alias route lacks the ownership check"),
+                features=("legacy_alias",), description="the v1 alias route lacks the ownership check",
+                narrow_fixes=let_through("read", lambda who: {"legacy.check": check_skipped_for(who)},
+                                         "reading the record through the v1 alias")),
         Variant("verb_tampering", ("admin.report",),
                 {"admin.report": const("user"), "admin.report_guard": const(GET_ONLY_GUARD)}, _verb,
-                features=("report",), subtle=True, description="the admin check only covers GET"),
+                features=("report",), subtle=True, description="the admin check only covers GET",
+                narrow_fixes=role_fixes("admin.report", what="using the admin report") + (
+                    NarrowFix("guards_post_only", "viewing the admin report with GET",
+                              {"admin.report": const("user"), "admin.report_guard": const(POST_ONLY_GUARD)}),
+                )),
         Variant("unauthenticated_backup", ("internal.backup",), {"internal.backup": const("public")}, _backup,
-                features=("backup",), description="the internal backup route needs no login at all"),
+                features=("backup",), description="the internal backup route needs no login at all",
+                narrow_fixes=role_fixes("internal.backup", what="downloading the internal backup")),
     ),
 )

@@ -2,9 +2,13 @@
 
 The detail route loads the record by the id in the URL and returns it without asking whether the
 caller may see it. Subtle variants keep a check that logs or swallows the failure instead of refusing.
+
+Forbidden paths: every caller the policy does not let read the record asks for it by id, through
+every route the broken check guards: plain users who do not own it and, in multi-tenant domains,
+managers of another tenant (a fix that only stops plain users lets them through).
 """
 
-from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, denied, drop, step
+from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, check_skipped_for, drop, let_through
 
 
 def _check_logged(names, secure):
@@ -27,27 +31,31 @@ def _check_swallowed(names, secure):
 def _probes(*sites: str):
     def build(ctx: ProbeContext):
         record = ctx.record("read")
-        leaks = (ctx.title(record), *ctx.secrets(record))
         out = []
         if "detail" in sites:
             out.append(
                 ctx.security(
-                    f"another user cannot read the victim's {ctx.names.s} by id",
-                    [step(ctx.who("attacker"), "GET", ctx.detail(record), *denied(*leaks))],
+                    f"other users cannot read the victim's {ctx.names.s} by id",
+                    ctx.read_steps(record),
                     "detail",
                 )
             )
         if "legacy" in sites:
             out.append(
                 ctx.security(
-                    f"another user cannot read the victim's {ctx.names.s} through the v1 alias",
-                    [step(ctx.who("attacker"), "GET", ctx.detail(record, legacy=True), *denied(*leaks))],
+                    f"other users cannot read the victim's {ctx.names.s} through the v1 alias",
+                    ctx.read_steps(record, legacy=True),
                     "legacy",
                 )
             )
         return out
 
     return build
+
+
+def _narrow(*keys: str):
+    """The route checks restored, each skipped for one kind of intruder."""
+    return let_through("read", lambda who: {key: check_skipped_for(who) for key in keys}, "reading the record by id")
 
 
 BUG = BugClass(
@@ -57,14 +65,17 @@ BUG = BugClass(
     symptom="users can open records that belong to someone else by changing the id in the URL",
     variants=(
         Variant("missing_check", ("detail",), {"detail.check": drop()}, _probes("detail"),
-                description="the detail route has no ownership check"),
+                description="the detail route has no ownership check", narrow_fixes=_narrow("detail.check")),
         Variant("logged_not_enforced", ("detail",), {"detail.check": _check_logged}, _probes("detail"),
-                subtle=True, description="the ownership check only logs a warning"),
+                subtle=True, description="the ownership check only logs a warning",
+                narrow_fixes=_narrow("detail.check")),
         Variant("swallowed_exception", ("detail",), {"detail.check": _check_swallowed}, _probes("detail"),
-                subtle=True, description="the ownership check raises and then catches its own exception"),
+                subtle=True, description="the ownership check raises and then catches its own exception",
+                narrow_fixes=_narrow("detail.check")),
         Variant("missing_check_with_alias", ("detail", "legacy"),
                 {"detail.check": drop(), "legacy.check": drop()}, _probes("detail", "legacy"),
                 features=("legacy_alias",), site_keys={"detail": ("detail.check",), "legacy": ("legacy.check",)},
-                description="neither the detail route nor its v1 alias checks ownership"),
+                description="neither the detail route nor its v1 alias checks ownership",
+                narrow_fixes=_narrow("detail.check", "legacy.check")),
     ),
 )

@@ -1,7 +1,15 @@
-"""Listing and search leak (CWE-639, CWE-200): collection endpoints return other users' records."""
+"""Listing and search leak (CWE-639, CWE-200): collection endpoints return other users' records.
 
-from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, step
+Forbidden paths: every caller outside the owner's scope lists or searches, through every collection
+route that serves the broken scope, with every parameter that widens it: plain users and, in
+multi-tenant domains, managers of another tenant (a fix that scopes plain users only lets managers
+see every tenant), and the ``owner=`` filter whoever sends it.
+"""
+
+from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, let_through, step
 from envcore.scenario.probes import BodyExcludes
+
+OWNER_TEST = "if owner is not None:"
 
 
 def _list_unfiltered(names, secure):
@@ -12,7 +20,7 @@ def _list_owner_param(names, secure):
     cast = "int(owner)" if names.id_type == "int" else "owner"
     return ["owner: str | None = None"], [
         "scope = visible_scope(user)",
-        "if owner is not None:",
+        OWNER_TEST,
         "    # lets the web client show a colleague's board",
         f'    scope = {{"owner": {cast}}}',
         f"records = {names.list}(**scope)",
@@ -29,14 +37,13 @@ def _probes(*sites: str, owner_param: bool = False):
         n = ctx.names
         record = ctx.record("read")
         leak = BodyExcludes(texts=(ctx.title(record), *ctx.secrets(record)))
-        attacker = ctx.who("attacker")
+        query = {"owner": ctx.user("victim").user_id} if owner_param else {}
         out = []
         if "list" in sites:
-            query = {"owner": ctx.user("victim").user_id} if owner_param else {}
             out.append(
                 ctx.security(
-                    f"listing {n.p} never shows the victim's records to another user",
-                    [step(attacker, "GET", f"/api/{n.p}", leak, query=query)],
+                    f"listing {n.p} never shows the victim's records to other users",
+                    [step(ctx.who(part), "GET", f"/api/{n.p}", leak, query=query) for part in ctx.intruders("read")],
                     "list",
                 )
             )
@@ -44,14 +51,44 @@ def _probes(*sites: str, owner_param: bool = False):
             marker = ctx.title(record).split()[-1]
             out.append(
                 ctx.security(
-                    f"searching {n.p} never returns the victim's records to another user",
-                    [step(attacker, "GET", f"/api/{n.p}/search", leak, query={"q": marker})],
+                    f"searching {n.p} never returns the victim's records to other users",
+                    [step(ctx.who(part), "GET", f"/api/{n.p}/search", leak, query={"q": marker})
+                     for part in ctx.intruders("read")],
                     "search",
                 )
             )
         return out
 
     return build
+
+
+def _unscoped_for(condition):
+    """The caller's scope, dropped for callers matching ``condition``."""
+
+    def widen(names, line: str) -> str:
+        return line.replace("**visible_scope(user)", f"**({{}} if {condition(names)} else visible_scope(user))")
+
+    def mutate(names, secure):
+        if isinstance(secure, tuple):  # the list route: (parameters, body)
+            return secure[0], [widen(names, line) for line in secure[1]]
+        return [widen(names, line) for line in secure]
+
+    return mutate
+
+
+def _owner_param_for(condition):
+    """The owner filter, honoured only for callers matching ``condition``."""
+
+    def mutate(names, secure):
+        params, body = _list_owner_param(names, secure)
+        return params, [f"if owner is not None and {condition(names)}:" if line == OWNER_TEST else line for line in body]
+
+    return mutate
+
+
+def _narrow(*keys: str):
+    return let_through("read", lambda who: {key: _unscoped_for(who) for key in keys},
+                       "listing every record", record=False)
 
 
 BUG = BugClass(
@@ -61,14 +98,18 @@ BUG = BugClass(
     symptom="users see records of other people in their listings or search results",
     variants=(
         Variant("list_unfiltered", ("list",), {"list.filter": _list_unfiltered}, _probes("list"),
-                description="the list route ignores the caller's scope"),
+                description="the list route ignores the caller's scope", narrow_fixes=_narrow("list.filter")),
         Variant("list_owner_param", ("list",), {"list.filter": _list_owner_param}, _probes("list", owner_param=True),
-                subtle=True, description="the list route trusts an owner filter from the query string"),
+                subtle=True, description="the list route trusts an owner filter from the query string",
+                narrow_fixes=let_through("read", lambda who: {"list.filter": _owner_param_for(who)},
+                                         "listing another owner's records with owner=", record=False)),
         Variant("search_unfiltered", ("search",), {"search.filter": _search_unfiltered}, _probes("search"),
-                features=("search",), description="search ignores the caller's scope"),
+                features=("search",), description="search ignores the caller's scope",
+                narrow_fixes=_narrow("search.filter")),
         Variant("list_and_search_unfiltered", ("list", "search"),
                 {"list.filter": _list_unfiltered, "search.filter": _search_unfiltered}, _probes("list", "search"),
                 features=("search",), site_keys={"list": ("list.filter",), "search": ("search.filter",)},
-                description="both list and search ignore the caller's scope"),
+                description="both list and search ignore the caller's scope",
+                narrow_fixes=_narrow("list.filter", "search.filter")),
     ),
 )

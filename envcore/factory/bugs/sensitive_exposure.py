@@ -1,9 +1,28 @@
-"""Exposure of sensitive fields (CWE-200, CWE-359): responses carry data the caller must not see."""
+"""Exposure of sensitive fields (CWE-200, CWE-359): responses carry data the caller must not see.
 
-from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, step
+Forbidden paths: every key the policy leaves out of the response. The people directory shows id,
+username and display name only, so email, role, the credentials and the tenant are all forbidden (a
+fix that strips the password hash and API key still leaks the rest); a share link shows the record's
+id and its non-sensitive fields only, so the sensitive fields, the owner, the tenant and the share
+code are.
+"""
+
+from envcore.factory.bugs.base import BugClass, NarrowFix, ProbeContext, Variant, step
+from envcore.factory.codegen.parts import py
 from envcore.scenario.probes import BodyExcludes, JsonKeysAbsent
 
-ACCOUNT_SECRETS = ("password_hash", "api_key")
+DIRECTORY_FIELDS = ("id", "username", "display_name")
+ACCOUNT_PRIVATE = ("email", "role", "password_hash", "api_key")
+
+
+def account_private(names) -> tuple[str, ...]:
+    """Account columns the directory must not show."""
+    return ACCOUNT_PRIVATE + ((names.tenant,) if names.tenant else ())
+
+
+def shared_private(names) -> tuple[str, ...]:
+    """Record keys a share link must not show."""
+    return (*names.sensitive, names.owner, *((names.tenant,) if names.tenant else ()), "share_code")
 
 
 def _directory_full(names, secure):
@@ -21,12 +40,13 @@ def _shared_full(names, secure):
 def _probes(*sites: str):
     def build(ctx: ProbeContext):
         victim = ctx.user("victim")
-        account_leak = (JsonKeysAbsent(keys=ACCOUNT_SECRETS), BodyExcludes(texts=(victim.password_hash, victim.api_key)))
+        account_leak = (JsonKeysAbsent(keys=account_private(ctx.names)),
+                        BodyExcludes(texts=(victim.password_hash, victim.api_key, victim.email)))
         out = []
         if "directory.list" in sites:
             out.append(
                 ctx.security(
-                    "the people directory shows no password hashes or API keys",
+                    "the people directory shows nothing but ids, usernames and display names",
                     [step(ctx.who("attacker"), "GET", "/api/people", *account_leak)],
                     "directory.list",
                 )
@@ -34,7 +54,7 @@ def _probes(*sites: str):
         if "directory.detail" in sites:
             out.append(
                 ctx.security(
-                    "a colleague's profile shows no password hash or API key",
+                    "a colleague's profile shows nothing but their id, username and display name",
                     [step(ctx.who("attacker"), "GET", f"/api/people/{victim.user_id}", *account_leak)],
                     "directory.detail",
                 )
@@ -43,15 +63,54 @@ def _probes(*sites: str):
             record = ctx.record("read")  # the shared record
             out.append(
                 ctx.security(
-                    f"a share link never reveals the {ctx.names.s}'s sensitive fields",
+                    f"a share link shows only the {ctx.names.s}'s id and non-sensitive fields",
                     [step(None, "GET", f"/api/shared/{record.share_code}",
-                          JsonKeysAbsent(keys=ctx.names.sensitive), BodyExcludes(texts=ctx.secrets(record)))],
+                          JsonKeysAbsent(keys=shared_private(ctx.names)), BodyExcludes(texts=ctx.secrets(record)))],
                     "shared",
                 )
             )
         return out
 
     return build
+
+
+def _directory_with(column):
+    """The directory routes, showing ``column(names)`` besides the directory fields."""
+
+    def listing(names, secure):
+        return [f"return [{{k: u[k] for k in {py((*DIRECTORY_FIELDS, column(names)))}}} for u in all_users()]"]
+
+    def person(names, secure):
+        return [f"return {{k: person[k] for k in {py((*DIRECTORY_FIELDS, column(names)))}}}"]
+
+    return {"directory.list": listing, "directory.detail": person}
+
+
+def _account_fixes(*sites: str):
+    """One narrow fix per private account column: the routes show the directory fields plus that one."""
+    columns = [(c, lambda n, c=c: c, ()) for c in ACCOUNT_PRIVATE] + [("tenant", lambda n: n.tenant, ("tenant",))]
+    fixes = []
+    for name, column, needs in columns:
+        routes = _directory_with(column)
+        fixes.append(NarrowFix(f"shows_{name}", f"reading colleagues' {name.replace('_', ' ')}",
+                               {site: routes[site] for site in sites}, needs))
+    return tuple(fixes)
+
+
+def _shared_fixes():
+    """One narrow fix per key a share link must not show: the shared fields plus that one."""
+    keys = [
+        ("sensitive_field", lambda n: n.sensitive[0], ()),
+        ("owner", lambda n: n.owner, ()),
+        ("tenant", lambda n: n.tenant, ("tenant",)),
+        ("share_code", lambda n: "share_code", ()),
+    ]
+    return tuple(
+        NarrowFix(f"shows_{name}", f"reading the {name.replace('_', ' ')} of a shared record without signing in",
+                  {"shared.fields": lambda n, s, key=key: [f"return {{k: record[k] for k in (*SHARED_FIELDS, {py(key(n))})}}"]},
+                  needs)
+        for name, key, needs in keys
+    )
 
 
 BUG = BugClass(
@@ -62,16 +121,20 @@ BUG = BugClass(
     variants=(
         Variant("directory_full_records", ("directory.list",), {"directory.list": _directory_full},
                 _probes("directory.list"), features=("directory",),
-                description="the people directory returns whole account rows"),
+                description="the people directory returns whole account rows",
+                narrow_fixes=_account_fixes("directory.list")),
         Variant("person_full_record", ("directory.detail",), {"directory.detail": _person_full},
                 _probes("directory.detail"), features=("directory",),
-                description="a person's profile returns the whole account row"),
+                description="a person's profile returns the whole account row",
+                narrow_fixes=_account_fixes("directory.detail")),
         Variant("share_link_full_record", ("shared",), {"shared.fields": _shared_full}, _probes("shared"),
-                features=("shared",), description="the public share link returns every field"),
+                features=("shared",), description="the public share link returns every field",
+                narrow_fixes=_shared_fixes()),
         Variant("directory_list_and_detail", ("directory.list", "directory.detail"),
                 {"directory.list": _directory_full, "directory.detail": _person_full},
                 _probes("directory.list", "directory.detail"), features=("directory",),
                 site_keys={"directory.list": ("directory.list",), "directory.detail": ("directory.detail",)},
-                description="both directory routes return whole account rows"),
+                description="both directory routes return whole account rows",
+                narrow_fixes=_account_fixes("directory.list", "directory.detail")),
     ),
 )
