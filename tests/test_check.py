@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from envcore.factory.bugs.base import NarrowFix
+from envcore.factory.build import BUILD_SKIPS
 from envcore.factory.check import check_scenario
 from envcore.factory.codegen import render_app
+from envcore.factory.compiler import compile_spec
+from envcore.factory.draft import SpecDraft, expand
+from envcore.factory.lazy_fixes import narrow_fixes
 from envcore.scenario.probes import ProbeKind
 
 
@@ -71,3 +76,49 @@ def test_a_probe_acting_as_an_unknown_user_is_refused_without_running_anything(b
     report = check_scenario(bundle.model_copy(update={"probes": (probe,) + bundle.probes[1:]}), runner, fail_fast=False)
     assert any("unknown user 'nobody.at.all'" in p for p in report.problems)
     assert set(report.timings) == {"actors"}
+
+
+
+def _bundle_with_narrow_fixes(bundle_for, at_least: int):
+    return next(b for b in map(bundle_for, range(60)) if len(narrow_fixes(b)) >= at_least)
+
+
+def test_a_scenario_whose_probes_miss_a_forbidden_path_is_refused(runner):
+    """Drop the step that tries to set one's own API key: the narrow fix that refuses every reserved
+    profile field but ``api_key`` now passes every probe, and the check names what nobody tries."""
+    draft = SpecDraft(domain="invoices", bug_class="mass_assignment", variant="profile_raw_dict",
+                      traps=("admin_access",))
+    bundle = compile_spec(expand(draft, seed=7))
+    untried = tuple(
+        p.model_copy(update={"steps": tuple(s for s in p.steps if "api_key" not in (s.json_body or {}))})
+        for p in bundle.probes
+    )
+    assert untried != bundle.probes
+    report = check_scenario(bundle.model_copy(update={"probes": untried}).with_id(), runner, fail_fast=False,
+                            skip=("determinism",))
+    assert [p for p in report.problems if p.startswith("[narrow_fixes]")] == [
+        "[narrow_fixes] the narrow fix 'accepts_api_key' passes every probe: no probe tries setting one's own api key"
+    ]
+    assert check_scenario(bundle, runner, fail_fast=False).ok
+
+
+def test_the_build_check_runs_one_narrow_fix_and_the_whole_check_every_one(bundle_for, runner):
+    """Without security probes every narrow fix passes: the whole check reports each, the build check
+    (which leaves variant-wide properties to the whole check) the one it picked, the same every time."""
+    bundle = _bundle_with_narrow_fixes(bundle_for, 3)
+    blind = bundle.model_copy(update={"probes": tuple(p for p in bundle.probes if p.kind != ProbeKind.SECURITY)})
+
+    def missed(skip):
+        report = check_scenario(blind, runner, fail_fast=False, skip=skip)
+        return [p for p in report.problems if p.startswith("[narrow_fixes]")]
+
+    assert len(missed(())) == len(narrow_fixes(bundle))
+    picked = missed(BUILD_SKIPS)
+    assert len(picked) == 1 and picked == missed(BUILD_SKIPS)
+
+
+def test_a_narrow_fix_that_does_not_load_is_reported(bundle_for, runner, monkeypatch):
+    broken = NarrowFix("broken", "nothing", {"detail.check": lambda names, secure: ["this is not python ("]})
+    monkeypatch.setattr("envcore.factory.check.narrow_fixes", lambda bundle: (broken,))
+    report = check_scenario(bundle_for(3), runner, fail_fast=False, skip=("determinism",))
+    assert any(p.startswith("[narrow_fixes] the narrow fix 'broken' does not load") for p in report.problems)

@@ -15,6 +15,12 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
   probe (deny-the-vulnerable-routes blocks the same routes, so it fails whenever delete does);
 * **partial fixes** (multi-site variants): fixing one site alone still fails that other site's
   security probes;
+* **narrow fixes** (bundles with a spec): every exploit path the policy forbids is probed. Each
+  narrow fix of the variant (:class:`~envcore.factory.bugs.base.NarrowFix`: the reference fix
+  weakened to leave one path open, such as a profile update that refuses ``role`` and lets ``api_key``
+  through) fails at least one probe. The whole check runs every narrow fix; the build check, which
+  leaves the properties of a variant's code to the whole check, runs one per scenario, picked by its
+  content hash, so a probe plan that misses a path still gets scenarios rejected at build time;
 * **determinism** (bundles with a spec): compiling the spec again gives the same bytes.
 
 All app execution goes through the :class:`~envcore.runner.base.ProbeRunner` interface, so the same
@@ -31,7 +37,7 @@ from typing import Callable
 from envcore.factory.bugs import get_bug_class
 from envcore.factory.codegen import render_app
 from envcore.factory.compiler import compile_spec
-from envcore.factory.lazy_fixes import path_pattern
+from envcore.factory.lazy_fixes import narrow_fix_files, narrow_fixes, path_pattern
 from envcore.patching import PatchError, apply_patch
 from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
 from envcore.runner.inprocess import InProcessRunner
@@ -77,10 +83,14 @@ CHECKED_LAZY_FIXES = ("deny_all", "delete_sites")
 class CheckContext:
     """Runs shared by several checks (the vulnerable app is loaded once for three probe batches)."""
 
-    def __init__(self, bundle: Bundle, runner: ProbeRunner, *, pass_to_pass: bool = True) -> None:
+    def __init__(
+        self, bundle: Bundle, runner: ProbeRunner, *, pass_to_pass: bool = True, every_narrow_fix: bool = True
+    ) -> None:
         self.bundle, self.runner = bundle, runner
         self.pass_to_pass = pass_to_pass
         """Whether the shipped app runs every probe (else only the visible and security ones)."""
+        self.every_narrow_fix = every_narrow_fix
+        """Whether every narrow fix runs (else one, picked by the content hash)."""
         self._vulnerable: list[RunReport] | None = None
         self._hash: str | None = None
 
@@ -231,6 +241,27 @@ def check_partial_fixes(ctx: CheckContext) -> list[str]:
     return problems
 
 
+def check_narrow_fixes(ctx: CheckContext) -> list[str]:
+    """Every narrow fix fails some probe: no exploit path the policy forbids goes untried."""
+    bundle = ctx.bundle
+    fixes = narrow_fixes(bundle)
+    if not fixes:
+        return []
+    if not ctx.every_narrow_fix:
+        fixes = (fixes[int(ctx.content_hash[:8], 16) % len(fixes)],)
+    # Security probes first: a narrow fix is meant to fail one of them, and the run stops there.
+    probes = sorted(bundle.probes, key=lambda p: p.kind != ProbeKind.SECURITY)
+    problems = []
+    for fix in fixes:
+        report = ctx.runner.run(AppSource(narrow_fix_files(bundle, fix), bundle.entrypoint), probes, _tokens(bundle),
+                                stop_on_failure=True)
+        if not report.loaded:
+            problems.append(f"the narrow fix {fix.name!r} does not load: {report.load_error}")
+        elif all(o.passed for o in report.outcomes):
+            problems.append(f"the narrow fix {fix.name!r} passes every probe: no probe tries {fix.leaves_open}")
+    return problems
+
+
 def check_determinism(ctx: CheckContext) -> list[str]:
     bundle = ctx.bundle
     if bundle.spec is None:
@@ -249,6 +280,7 @@ CHECKS: tuple[tuple[str, Callable[[CheckContext], list[str]]], ...] = (
     ("reference", check_reference),
     ("lazy_fixes", check_lazy_fixes),
     ("partial_fixes", check_partial_fixes),
+    ("narrow_fixes", check_narrow_fixes),
     ("determinism", check_determinism),
 )
 
@@ -264,8 +296,11 @@ def check_scenario(
 
     ``skip`` names checks to leave out; the factory skips ``determinism`` for a bundle it compiled
     from the spec a moment earlier in the same process (the cache check and the tests still run it).
+    Skipping ``partial_fixes`` marks a build check, which leaves the properties of a variant's code to
+    the whole check: ``narrow_fixes`` then runs one narrow fix instead of all.
     """
-    ctx = CheckContext(bundle, runner or _default_runner(), pass_to_pass="pass_to_pass" not in skip)
+    ctx = CheckContext(bundle, runner or _default_runner(), pass_to_pass="pass_to_pass" not in skip,
+                       every_narrow_fix="partial_fixes" not in skip)
     report = CheckReport(scenario_id=bundle.scenario_id or ctx.content_hash[:16])
     for name, check in CHECKS:
         if name in skip:
