@@ -69,8 +69,8 @@ def fresh_only():
 
 @pytest.fixture(scope="module")
 def eager():
-    """A sandbox that builds a template on the first load of a patch (every worker it can, from one)."""
-    box = Sandbox(limits=LIMITS, spares=1, template_spares=2, template_after=1).start()
+    """A sandbox with templates: a run lends one and forks every worker it can from it."""
+    box = Sandbox(limits=LIMITS, spares=1, template_spares=2).start()
     yield box
     box.close()
 
@@ -163,6 +163,26 @@ def test_writes_to_its_data_files_do_not_reach_the_next_probe(sb, eager, fresh_o
     assert tricked == honest, (tricked, honest)
 
 
+def appending_to_seed(files: dict[str, str]) -> dict[str, str]:
+    """``files`` whose ``resolve_user`` (run on every signed-in request) first appends to the app's own
+    data file, letting any error escape: a worker that could not write its files would answer 500
+    where a worker that could answers normally. Only a function body changes, so a template's worker
+    can load the patch by swapping that body in."""
+    marker = "    scheme, _, token = request.headers.get(\"authorization\", \"\").partition(\" \")\n"
+    assert files["app.py"].count(marker) == 1
+    write = "    with open(SEED_FILE, \"a\", encoding=\"utf-8\") as log:\n        log.write(\" \")\n"
+    return {**files, "app.py": files["app.py"].replace(marker, write + marker)}
+
+
+def test_a_patch_that_writes_its_files_earns_the_same_from_template_and_fresh_workers(eager, fresh_only, bundle,
+                                                                                      fixed):
+    honest = rewards(bundle, fixed, [fresh_only], rounds=1)
+    patch = appending_to_seed(fixed)
+    before = dict(eager.stats)
+    assert rewards(bundle, patch, [eager, fresh_only], rounds=2) == honest
+    assert eager.stats["swapped"] > before["swapped"], "the template's workers served the patch"
+
+
 def test_probe_order_cannot_change_the_reward(sb, bundle, fixed, monkeypatch):
     """The grader shuffles probes with its own generator; replaying many orders gives one result."""
     verify_module = sys.modules["envcore.verifier.verify"]
@@ -216,19 +236,22 @@ def _metadata(path: str) -> tuple:
 @pytest.mark.parametrize("from_template", [False, True], ids=["fresh-worker", "template-worker"])
 def test_changing_file_metadata_is_denied(eager, fresh_only, bundle, fixed, from_template):
     box = eager if from_template else fresh_only
-    files = with_route(fixed, METADATA_ATTACKS)
-    # a template built from the same files (trusted here) serves the worker by swapping nothing
-    base = AppSource(files, bundle.entrypoint) if from_template else None
-    with LiveApp(box, AppSource(files, bundle.entrypoint), base) as live:
-        response = live.request(HttpRequest.build("GET", "/attack"))
-        worker = live._worker
-        assert (worker.template is not None) is from_template
-        results = json.loads(response.body)
-        template_seed = os.path.join(worker.template.workspace, "data", "seed.json") if worker.template else None
+    files = AppSource(with_route(fixed, METADATA_ATTACKS), bundle.entrypoint)
+    # a template of the same files (trusted here) serves the worker by swapping nothing in
+    link = box.templates.acquire(files) if from_template else None
+    try:
+        with box.load(files, link) as worker:
+            assert (worker.template is not None) is from_template
+            results = json.loads(worker.request(HttpRequest.build("GET", "/attack"), 2.0).body)
+            template_seed = os.path.join(link.workspace, "data", "seed.json") if link else None
+            before = _metadata(template_seed) if link else None
+    finally:
+        if link is not None:
+            box.templates.release(link)
     assert all(denied(r) for r in results.values()), {k: r for k, r in results.items() if not denied(r)}
-    if template_seed is not None:
-        assert stat.S_IMODE(os.stat(template_seed).st_mode) != 0
-    assert _metadata(os.__file__)[0] != 0
+    if from_template:
+        assert before is not None and before[0] != 0 and not before[4]
+    assert _metadata(os.__file__)[0] != 0 and "user.note" not in _metadata(os.__file__)[4]
 
 
 NOTE_KEY = 0x5EED0A01
@@ -327,15 +350,23 @@ TEMPLATE_WRECK = """
 
 
 def test_a_template_worker_cannot_change_what_the_next_worker_of_that_template_reads(eager, bundle, fixed):
-    files = with_route(fixed, TEMPLATE_WRECK)
-    base = AppSource(files, bundle.entrypoint)
-    with LiveApp(eager, base, base) as live:
-        results = json.loads(live.request(HttpRequest.build("GET", "/attack")).body)
-        workspace = live._worker.template.workspace
-    assert all(denied(r) for r in results.values()), results
-    seed = os.path.join(workspace, "data", "seed.json")
-    assert json.loads(open(seed).read())["sessions"], "the template's data files are intact"
-    assert sorted(os.listdir(os.path.join(workspace, "data"))) == ["seed.json"]
+    files = AppSource(with_route(fixed, TEMPLATE_WRECK), bundle.entrypoint)
+    link = eager.templates.acquire(files)
+    try:
+        with eager.load(files, link) as worker:
+            assert worker.template is link
+            results = json.loads(worker.request(HttpRequest.build("GET", "/attack"), 2.0).body)
+        # what it may do to its own copy of the files it did; the next worker gets them back
+        with eager.load(files, link) as second:
+            seen = json.loads(second.request(HttpRequest.build("GET", "/attack"), 2.0).body)
+        seed = os.path.join(link.workspace, "data", "seed.json")
+        assert json.loads(open(seed).read())["sessions"], "the template's data files are intact"
+        assert sorted(os.listdir(os.path.join(link.workspace, "data"))) == ["seed.json"]
+    finally:
+        eager.templates.release(link)
+    for name in ("link", "symlink", "chmod"):
+        assert denied(results[name]) and denied(seen[name]), (name, results[name], seen[name])
+    assert results["write"]["ok"] and seen["write"]["ok"], (results, seen)  # the folder was back in place
 
 
 def test_workspaces_are_removed_whatever_the_app_did_to_them(bundle, fixed):

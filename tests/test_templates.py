@@ -1,6 +1,7 @@
 """Templates and hot swapping: a patch whose change is confined to function bodies is loaded into a
 fork of the original app, and must behave exactly as a fresh import of the patched files would;
-anything else falls back to a fresh load. Attacks specific to templates are named ``test_attack_*``."""
+anything else falls back to a fresh load. A template is lent to one run at a time, and its folder is
+put back after every worker. Attacks specific to templates are named ``test_attack_*``."""
 
 from __future__ import annotations
 
@@ -96,8 +97,21 @@ def get(worker, path: str) -> Reply:
     return Reply(worker.request(HttpRequest("GET", path), 2.0))
 
 
+LENT: dict[int, object] = {}
+"""The template of BASE lent to each test sandbox (what a run holds for its whole length)."""
+
+
+def lent(sandbox: Sandbox):
+    link = LENT.get(id(sandbox))
+    if link is None or not link.alive:
+        link = LENT[id(sandbox)] = sandbox.templates.acquire(BASE)
+    return link
+
+
 def load(sandbox: Sandbox, files: dict[str, str]):
-    worker = sandbox.spawn(AppSource(files, ENTRY), BASE)
+    """A worker for ``files``: from the lent template when they fit BASE (as a run decides), else fresh."""
+    source = AppSource(files, ENTRY)
+    worker = sandbox.spawn(source, lent(sandbox) if fits(source, BASE) else None)
     worker.wait_ready(5.0)
     return worker
 
@@ -105,7 +119,7 @@ def load(sandbox: Sandbox, files: dict[str, str]):
 @pytest.fixture(scope="module")
 def box():
     limits = SandboxLimits(request_timeout_s=1.0, load_timeout_s=3.0, verify_timeout_s=8.0, cpu_s=5, memory_mb=192)
-    sandbox = Sandbox(limits=limits, spares=0, templates=4, template_spares=1, template_after=1).start()
+    sandbox = Sandbox(limits=limits, spares=0, templates=4, template_spares=1).start()
     yield sandbox
     sandbox.close()
 
@@ -115,7 +129,7 @@ def test_unchanged_app_is_served_from_its_template(box):
     with load(box, BASE_FILES) as worker:
         assert worker.template is not None and worker.swapped is True
         assert get(worker, "/item/1").json() == {"item": "one"}
-        assert worker.containment.get("workspace") == "read-only" and worker.containment.get("seccomp") is True
+        assert worker.containment.get("workspace", "").startswith("template's") and worker.containment.get("seccomp")
 
 
 def test_body_change_is_swapped_in_and_served(box):
@@ -171,9 +185,13 @@ def test_dropped_name_another_module_imports_loads_afresh_and_fails_like_a_fresh
     files = dict(BASE_FILES, **{"tapp/main.py": MAIN.replace("from .store import DATA,", "from .store import DATA, os as store_os,")})
     base = AppSource(files, ENTRY)
     dropped = dict(files, **{"tapp/store.py": STORE.replace("import os\n", "")})
-    worker = box.spawn(AppSource(dropped, ENTRY), base)
-    with pytest.raises(Exception, match="ImportError|cannot import name"):
-        worker.wait_ready(5.0)
+    link = box.templates.acquire(base)
+    try:
+        worker = box.spawn(AppSource(dropped, ENTRY), link)
+        with pytest.raises(Exception, match="ImportError|cannot import name"):
+            worker.wait_ready(5.0)
+    finally:
+        box.templates.release(link)
     assert box.stats["unswappable"] >= 1
 
 
@@ -193,7 +211,7 @@ def test_changed_data_file_is_not_served_from_the_template(box):
 
 def test_syntax_error_loads_afresh_and_is_the_apps_load_error(box):
     files = patched(tapp_main=('return {"item": get_item(i)}', 'return {"item": get_item(i)'))
-    worker = box.spawn(AppSource(files, ENTRY), BASE)
+    worker = box.spawn(AppSource(files, ENTRY), lent(box))
     with pytest.raises(Exception, match="SyntaxError|never closed"):
         worker.wait_ready(5.0)
 
@@ -207,17 +225,34 @@ def test_each_worker_starts_from_the_template_state(box):
 
 
 # -- attacks --------------------------------------------------------------------------------------
-def test_attack_writing_the_templates_data_files_is_refused(box):
+def test_attack_writing_the_templates_data_files_does_not_reach_the_next_worker(box):
     files = patched(tapp_main=('return {"item": get_item(i)}',
                                'DATA.write_text(\'{"1": "owned"}\')\n    return {"item": get_item(i)}'))
     with load(box, files) as worker:
         assert worker.swapped is True
-        response = get(worker, "/item/1")
-        assert response.status == 500 or response.error
+        assert get(worker, "/item/1").json() == {"item": "one"}  # it may write its own files, as a fresh worker may
+        with open(os.path.join(worker.template.workspace, "data/items.json")) as f:
+            assert "owned" in f.read()
+    with load(box, files) as second:
+        with open(os.path.join(second.template.workspace, "data/items.json")) as f:
+            assert "owned" not in f.read()  # put back before the next worker was handed the folder
+    removing = patched(tapp_main=('return {"item": get_item(i)}',
+                                  'DATA.unlink()\n    os.rmdir(DATA.parent)\n    return {"item": get_item(i)}'))
+    with load(box, removing) as worker:
+        assert get(worker, "/item/1").status == 200
+        assert not os.path.exists(os.path.join(worker.template.workspace, "data"))
     with load(box, BASE_FILES) as clean:
-        assert get(clean, "/item/1").json() == {"item": "one"}
-    with open(os.path.join(box.templates._links[next(iter(box.templates._links))].workspace, "data/items.json")) as f:
-        assert "owned" not in f.read()
+        with open(os.path.join(clean.template.workspace, "data/items.json")) as f:
+            assert f.read() == '{"1": "one"}'
+
+
+def test_attack_creating_files_in_the_templates_folder_is_refused(box):
+    files = patched(tapp_main=('return {"item": get_item(i)}',
+                               'try:\n        open(DATA.parent / "note.txt", "w").write("x")\n        made = True\n'
+                               '    except OSError:\n        made = False\n    return {"made": made}'))
+    with load(box, files) as worker:
+        assert get(worker, "/item/1").json() == {"made": False}
+        assert os.listdir(os.path.join(worker.template.workspace, "data")) == ["items.json"]
 
 
 def test_attack_template_worker_cannot_fork_or_open_sockets(box):
@@ -241,41 +276,60 @@ def test_attack_state_left_by_one_rollout_does_not_reach_the_next(box):
 
 
 # -- lifecycle ------------------------------------------------------------------------------------
-def test_template_that_died_is_rebuilt():
-    with Sandbox(spares=0, templates=2, template_spares=0, template_after=1) as sandbox:
-        with load(sandbox, BASE_FILES):
-            pass
-        link = next(iter(sandbox.templates._links.values()))
+def test_worker_of_a_template_that_died_is_loaded_afresh():
+    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+        link = sandbox.templates.acquire(BASE)
         os.kill(link.pid, signal.SIGKILL)
         time.sleep(0.1)
-        with load(sandbox, BASE_FILES) as worker:
-            assert worker.swapped is True
-            assert get(worker, "/item/1").json() == {"item": "one"}
-        assert sandbox.templates.stats["built"] == 2
-
-
-def test_least_recently_used_template_is_evicted_but_not_while_in_use():
-    other = AppSource(dict(BASE_FILES, **{"data/items.json": '{"1": "eins"}'}), ENTRY)
-    with Sandbox(spares=0, templates=1, template_spares=0, template_after=1) as sandbox:
-        held = load(sandbox, BASE_FILES)
-        worker = sandbox.spawn(other, other)
+        worker = sandbox.spawn(AppSource(BASE_FILES, ENTRY), link)
         worker.wait_ready(5.0)
-        assert get(worker, "/item/1").json() == {"item": "eins"}
-        assert get(held, "/item/1").json() == {"item": "one"}  # its template was kept: a worker was out
-        worker.close()
-        held.close()
-        with load(sandbox, BASE_FILES):
-            pass
-        assert sandbox.templates.stats["evicted"] >= 1 and len(sandbox.templates._links) == 1
+        with worker:
+            assert worker.template is None
+            assert get(worker, "/item/1").json() == {"item": "one"}
+        sandbox.templates.release(link)
+        assert sandbox.templates.stats["built"] == 1
+
+
+def test_templates_are_lent_one_run_at_a_time_and_bounded():
+    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+        first, second = sandbox.templates.acquire(BASE), sandbox.templates.acquire(BASE)
+        assert first is not None and second is not None and first is not second
+        assert sandbox.templates.acquire(BASE) is None  # two alive: a third run loads afresh
+        sandbox.templates.release(first)
+        assert not first.alive
+        third = sandbox.templates.acquire(BASE)
+        assert third is not None
+        for link in (second, third):
+            sandbox.templates.release(link)
+
+
+def test_a_prepared_template_is_taken_by_the_next_run():
+    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+        sandbox.prepare(BASE)
+        deadline = time.monotonic() + 30
+        while not sandbox.templates._prepared and time.monotonic() < deadline:
+            time.sleep(0.02)
+        link = sandbox.templates.acquire(BASE)
+        assert link is not None and sandbox.templates.stats["prepared_used"] == 1
+        sandbox.templates.release(link)
 
 
 def test_base_that_does_not_load_falls_back_to_fresh_workers():
     broken = AppSource(dict(BASE_FILES, **{"tapp/main.py": MAIN + "\nraise RuntimeError('broken base')\n"}), ENTRY)
-    with Sandbox(spares=0, templates=2, template_spares=0, template_after=1) as sandbox:
-        worker = sandbox.spawn(broken, broken)
+    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+        assert sandbox.templates.acquire(broken) is None
+        assert sandbox.templates.stats["failed"] == 1
+        assert sandbox.templates.acquire(broken) is None and sandbox.templates.stats["built"] == 0
+        worker = sandbox.spawn(broken)
         with pytest.raises(Exception, match="broken base"):
             worker.wait_ready(5.0)
-        assert worker.template is None and sandbox.templates.stats["failed"] == 1
+
+
+def test_a_base_whose_import_leaves_a_file_open_is_not_used_as_a_template():
+    leaky = AppSource(dict(BASE_FILES, **{"tapp/store.py": STORE + "\nLOG = open(DATA)\n"}), ENTRY)
+    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+        assert sandbox.templates.acquire(leaky) is None
+        assert sandbox.templates.stats["refused"] == 1
 
 
 # -- grading through a template is grading a fresh import -----------------------------------------

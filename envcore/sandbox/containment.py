@@ -146,7 +146,7 @@ def contain(
     *,
     rehearse: Callable[[], None] | None = None,
     idle_priority: bool = False,
-    writable_workspace: bool = True,
+    workspace_access: str = "writable",
 ) -> dict[str, Any]:
     """Steps 5-7 but the audit hook (the caller has done 1-4); return the active layers and what
     could not be applied. The hook comes last, with :func:`install_audit_hook`, once the worker has
@@ -155,17 +155,22 @@ def contain(
     ``rehearse`` (trusted code, see :func:`envcore.sandbox.worker.rehearse`) runs once the kernel
     layers are in place. With ``idle_priority`` everything up to here runs under ``SCHED_IDLE``, so
     preparing a spare only ever uses a CPU nobody else wants; the worker returns to normal priority
-    before it drops its capabilities (only a privileged process may leave ``SCHED_IDLE``). Without
-    ``writable_workspace`` the workspace is read-only (a worker forked from a template shares the
-    template's folder, see :mod:`envcore.sandbox.preload`)."""
+    before it drops its capabilities (only a privileged process may leave ``SCHED_IDLE``).
+    ``workspace_access`` is ``"writable"`` (a fresh worker, which writes the app's files and then
+    freezes the folder, :func:`freeze_workspace`), ``"frozen"`` (a template's worker: the app's files
+    exist already; it may write them, not create any) or ``"read-only"``."""
     if idle_priority:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     layers: dict[str, Any] = {"rlimits": True}
     set_limits(limits)
-    if writable_workspace:
+    if workspace_access == "writable":
         abi, problem_ll = landlock.restrict(read_roots, [workspace])
-    else:
+    elif workspace_access == "frozen":
+        abi, problem_ll = landlock.restrict(read_roots, [workspace], workspace_access=landlock.FROZEN_WORKSPACE)
+    elif workspace_access == "read-only":
         abi, problem_ll = landlock.restrict([*read_roots, workspace], [])
+    else:
+        raise ValueError(f"unknown workspace access {workspace_access!r}")
     layers["landlock_abi"] = abi
     problem_sc = seccomp.install()
     layers["seccomp"] = problem_sc is None

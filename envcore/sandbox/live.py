@@ -23,12 +23,9 @@ from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone
 class LiveApp:
     """One episode's running app. Thread-safe; requests are served one at a time."""
 
-    def __init__(self, sandbox: Sandbox, source: AppSource, base: AppSource | None = None) -> None:
+    def __init__(self, sandbox: Sandbox, source: AppSource) -> None:
         self.sandbox = sandbox
         self.source = source
-        self.base = base
-        """The trusted app the episode's patches are made from: workers come from its template
-        when a patch fits (see :mod:`envcore.sandbox.templates`)."""
         self.restarts = 0
         """Times a new worker was started for the same code (after a crash, hang or idle stop)."""
         self.load_error: str | None = None
@@ -52,7 +49,7 @@ class LiveApp:
             if self._worker is None:
                 restarted = self._served_this_code
                 try:
-                    worker = self.sandbox.spawn(self.source, self.base)
+                    worker = self.sandbox.spawn(self.source)
                     worker.wait_ready(self.sandbox.limits.load_timeout_s)
                 except AppLoadFailure as exc:
                     self.load_error = str(exc)

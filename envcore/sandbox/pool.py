@@ -44,7 +44,7 @@ from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
 from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.sandbox.containment import can_leave_idle_priority
 from envcore.sandbox.limits import SandboxLimits
-from envcore.sandbox.templates import TemplateLink, TemplateLost, TemplateSet
+from envcore.sandbox.templates import TemplateLink, TemplateLost, Templates
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireError, WireTimeout, exchange, send_frame
 from envcore.sandbox.worker import request_to_json
 
@@ -169,6 +169,8 @@ class Worker:
         self.load_timings_ms: dict[str, float] = {}
         """Where the worker spent its load time (files, import, startup), as it reported."""
         self.closed = False
+        self._how_ended: str | None = None
+        self._template_lost = False
         self.handed_out = False
         self.zygote_generation = sandbox.zygote_restarts
         self.requests_served = 0
@@ -260,7 +262,9 @@ class Worker:
         the zygote that forked it has died since (which is what killed it)."""
         self.close(kill=False)
         if self.template is not None:
-            return self.template.status(self.pid)
+            if self._template_lost:
+                raise TemplateLost("the template process is gone (its workers died with it)")
+            return self._how_ended or "unknown"
         return self.sandbox.worker_status(self.pid, self.zygote_generation)
 
     def close(self, *, kill: bool = True) -> None:
@@ -270,13 +274,17 @@ class Worker:
         try:
             self.sock.close()
         finally:
-            if kill:
-                if self.template is not None:
-                    self.template.kill(self.pid)
-                else:
-                    self.sandbox.kill_worker(self.pid)
-            self.sandbox.release_slot(busy=self.handed_out, template=self.template)
-            if self.template is None:  # a template's worker works in the template's folder
+            if self.template is not None:
+                # A template's worker works in the template's folder: once it has ended, the folder
+                # is put back for the next worker (see TemplateLink.settle).
+                try:
+                    self._how_ended = self.template.settle(self.pid, kill=kill)
+                except TemplateLost:
+                    self._template_lost = True
+            elif kill:
+                self.sandbox.kill_worker(self.pid)
+            self.sandbox.release_slot(busy=self.handed_out)
+            if self.template is None:
                 self.sandbox.discard_workspace(self.workspace)
 
     def __enter__(self) -> "Worker":
@@ -302,7 +310,6 @@ class Sandbox:
         spares: int = 2,
         templates: int = 8,
         template_spares: int = 2,
-        template_after: int = 2,
     ) -> None:
         problem = supported_platform()
         if problem:
@@ -343,10 +350,9 @@ class Sandbox:
         self._spare_lock = threading.Lock()
         self._want_spares = threading.Event()
         self._spare_thread: threading.Thread | None = None
-        self.templates = TemplateSet(self, templates, template_spares, template_after)
-        """Per-scenario template processes (see :mod:`envcore.sandbox.templates`); ``templates=0`` disables
-        them. ``template_after``: how many :meth:`prepare` calls (episodes) a base needs before its
-        template is built (1: built on the first load of a patch of it, the caller waiting)."""
+        self.templates = Templates(self, templates, template_spares)
+        """Template processes lent to runs (see :mod:`envcore.sandbox.templates`): at most ``templates``
+        alive at once (``0`` turns them off), each with up to ``template_spares`` workers prepared."""
 
     # -- zygote -----------------------------------------------------------------------------
     @property
@@ -464,7 +470,7 @@ class Sandbox:
             raise RunnerInfrastructureError(f"cannot prepare a worker: {exc}") from exc
         idle = spare and can_leave_idle_priority()
         message = {"type": "spawn", "workspace": workspace, "limits": self.limits.to_json(),
-                   "rehearse": spare and (idle or self._busy == 0), "idle_priority": idle}
+                   "rehearse": spare and (idle or self._busy == 0), "idle_priority": idle, "writable": True}
         try:
             if template is not None:
                 reply = template.call(message, fds=[child.fileno()])
@@ -547,13 +553,13 @@ class Sandbox:
         message = {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint, "compiled": compiled}
         return message, b"".join(blobs)
 
-    def spawn(self, source: AppSource, base: AppSource | None = None) -> Worker:
+    def spawn(self, source: AppSource, template: TemplateLink | None = None) -> Worker:
         """A worker that is loading ``source``: a spare if one is ready, else a fresh fork. Requests
         may be sent at once; :meth:`Worker.wait_ready` says whether the app loaded.
 
-        ``base`` is the trusted app ``source`` was patched from, with the same data files (a
-        bundle's files as shipped, with the data being graded). With it, the worker comes from the
-        base's template where the patch fits one (see :mod:`envcore.sandbox.templates`).
+        With ``template`` (lent to the caller by :meth:`Templates.acquire`, for a base that ``source``
+        fits), the worker is forked from that template and swaps the patch in; if the patch is more
+        than body changes it falls back to a fresh worker by itself (see :meth:`Worker.wait_ready`).
 
         A worker that dies before it is handed the app (a spare whose zygote was replaced, a
         template that died) is replaced, at most :data:`SPAWN_ATTEMPTS` times in all; then the
@@ -561,14 +567,13 @@ class Sandbox:
         if self._closed:
             raise RunnerInfrastructureError("the sandbox is closed")
         for _attempt in range(SPAWN_ATTEMPTS):
-            template = self.templates.for_patch(source, base) if base is not None else None
             try:
-                if template is not None:
+                if template is not None and template.alive:
                     worker = self._spawn_from_template(source, template)
                 else:
                     worker = self._spawn_fresh(source)
             except TemplateLost:
-                continue  # died since it was last used: the next lookup builds it again, or loads afresh
+                continue  # it died (with its zygote, say): the next attempt loads afresh
             if worker is not None:
                 return worker
         raise RunnerInfrastructureError(f"the sandbox could not start a worker in {SPAWN_ATTEMPTS} attempts")
@@ -621,7 +626,6 @@ class Sandbox:
                 raise
         with self._spare_lock:
             self._busy += 1
-            template.busy += 1
         worker.handed_out = True
         worker.fallback = lambda: self.spawn(source)
         try:
@@ -632,13 +636,13 @@ class Sandbox:
         return worker
 
     def prepare(self, base: AppSource) -> None:
-        """Start building ``base``'s template in the background, so the first verification of a
-        patch of it does not wait for the import (an episode calls this when it starts)."""
+        """Build a template of ``base`` in the background, for the next run that patches it (an
+        episode calls this when it starts, so its first test run does not wait for the import)."""
         self.templates.prepare(base)
 
-    def load(self, source: AppSource, base: AppSource | None = None) -> Worker:
+    def load(self, source: AppSource, template: TemplateLink | None = None) -> Worker:
         """:meth:`spawn` and wait until the app is ready (:class:`AppLoadFailure` if it is not)."""
-        worker = self.spawn(source, base)
+        worker = self.spawn(source, template)
         worker.wait_ready(self.limits.load_timeout_s)
         return worker
 
@@ -697,12 +701,10 @@ class Sandbox:
         while (path := self._trash.get()) is not None:
             shutil.rmtree(path, ignore_errors=True)
 
-    def release_slot(self, *, busy: bool = False, template: TemplateLink | None = None) -> None:
+    def release_slot(self, *, busy: bool = False) -> None:
         if busy:
             with self._spare_lock:
                 self._busy -= 1
-                if template is not None:
-                    template.busy -= 1
         self._slots.release()
         # Spares are replaced when a worker finishes, not when one is taken: forking and rehearsing a
         # spare while a verification runs would compete with it for the CPU.

@@ -9,16 +9,20 @@ function object by qualified name, each module's compiled code. It builds the ro
 otherwise build on the first request, freezes its heap, and from then on serves the zygote's
 protocol (``spawn``, ``kill``, ``status``, ``ping``) on its own socket to the parent.
 
-A worker forked from a template contains itself exactly as a zygote's worker does, except that its
-workspace is the template's folder, **read-only** (Landlock and the audit hook both refuse writes: a
-worker must not change the files the next worker of the same template reads). Given the patched
-files, it swaps in the changed function bodies (:mod:`envcore.sandbox.hotswap`), runs the app's
-startup and serves requests like any worker. When the patch changes more than function bodies it
-answers ``unswappable`` and exits, and the parent loads the patch in a fresh worker instead; no
-patched code has run by then.
+A worker forked from a template contains itself exactly as a zygote's worker does; its workspace is
+the template's folder, with the rights a fresh worker has in its own (it may write the app's existing
+files, not create any). The template belongs to one run at a time and its workers run one after the
+other; the parent puts the folder back after each (see :mod:`envcore.sandbox.templates`). Given the
+patched files, a worker swaps in the changed function bodies (:mod:`envcore.sandbox.hotswap`), runs
+the app's startup and serves requests like any worker. When the patch changes more than function
+bodies it answers ``unswappable`` and exits, and the parent loads the patch in a fresh worker
+instead; no patched code has run by then.
 
 Workers start from the template's state right after the import, before any startup or request, so
-each begins exactly where a fresh import of the same files would.
+each begins exactly where a fresh import of the same files would. Anything the import left that a
+fork would *share* rather than copy (an open file, whose offset and locks every worker would hold in
+common, or a shared memory mapping) would break that, so a template whose import left one refuses
+to serve, and the parent loads such an app afresh for every worker.
 """
 
 from __future__ import annotations
@@ -133,6 +137,11 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
     except AppLoadError as exc:
         send_frame(sock, {"type": "template", "ok": False, "error": str(exc)[:2000]})
         return
+    shared = _shared_state(keep=fd)
+    if shared:
+        send_frame(sock, {"type": "template", "ok": False, "refused": True,
+                          "error": f"the app's import left {shared}, which its workers would share"})
+        return
     gc.collect()
     gc.freeze()  # collections in workers must not touch (and so copy) the template's pages
     send_frame(sock, {
@@ -142,6 +151,32 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
     })
     forker = Zygote(sock, child_main=lambda child_fd, me, spawn, _blob: template_worker_main(child_fd, me, spawn, template))
     forker.serve()
+
+
+def _shared_state(keep: int) -> str | None:
+    """What this process holds that its forks would share instead of copying: a descriptor other
+    than ``keep`` (the socket to the parent) and ``/dev/null``, or a writable shared memory mapping.
+    ``None`` if nothing."""
+    try:
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            mappings = [line.split() for line in maps]
+    except OSError:
+        return "state this platform cannot inspect"
+    for descriptor in descriptors:
+        if descriptor == keep:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{descriptor}")
+        except OSError:
+            continue  # the descriptor listdir itself used, closed since
+        if target != os.devnull:  # stdin, stdout and stderr point there
+            return f"descriptor {descriptor} open ({target})"
+    for fields in mappings:
+        # A read-only shared mapping (a locale cache) cannot carry anything from one worker to another.
+        if len(fields) >= 2 and fields[1].endswith("s") and "w" in fields[1]:
+            return f"a writable shared memory mapping ({fields[5] if len(fields) > 5 else 'anonymous'})"
+    return None
 
 
 def _touch_heap() -> None:
@@ -176,14 +211,16 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     root = template.loaded.root
     limits = SandboxLimits.from_json(spawn["limits"])
     loop = asyncio.new_event_loop()  # before seccomp: its self-pipe is a socketpair
+    writable = bool(spawn.get("writable", True))
     layers = containment.contain(root, limits, spawn["read_roots"], rehearse=_touch_heap if spawn.get("rehearse") else None,
-                                 idle_priority=bool(spawn.get("idle_priority")), writable_workspace=False)
-    layers["workspace"] = "read-only"
+                                 idle_priority=bool(spawn.get("idle_priority")),
+                                 workspace_access="frozen" if writable else "read-only")
+    layers["workspace"] = "template's, restored after each worker" if writable else "read-only"
     write_all_fd(fd, encode({"type": "spare"}))
 
     message, _ = read_frame_fd(fd)
     clock = [time.perf_counter()]
-    containment.install_audit_hook(root, limits, spawn["read_roots"], writable=False)
+    containment.install_audit_hook(root, limits, spawn["read_roots"], writable=writable)
     layers["audit_hook"] = True
     files: dict[str, str] = message["files"]
     try:

@@ -32,6 +32,7 @@ from envcore.runner.base import AppSource, Batch, Gate, RunReport
 from envcore.runner.execute import assemble_outcomes, step_request
 from envcore.runner.http import HttpRequest, HttpResponse, gate_body
 from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone
+from envcore.sandbox.templates import fits
 from envcore.scenario.probes import Probe
 
 
@@ -65,11 +66,14 @@ def run_sandboxed(
 ) -> RunReport:
     """Run ``probes`` against ``source``, each in a fresh worker; see the module docstring. ``base``
     (the trusted app ``source`` was patched from, with the same data files) lets the workers come
-    from that app's template when the patch fits it."""
+    from a template of that app, lent to this run, when the patch fits it."""
     limits = sandbox.limits
     started = time.perf_counter()
     deadline = time.monotonic() + limits.verify_timeout_s
     blocks = _gate_matcher(gate) if gate is not None else (lambda request: None)
+    template = None
+    if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, tokens, blocks) > 1:
+        template = sandbox.templates.acquire(base)  # one import for the whole run instead of one per probe
     responses: list[HttpResponse] = []
     judged: list[Probe] = []
     containment: dict | None = None
@@ -85,7 +89,7 @@ def run_sandboxed(
                 if left <= 0:
                     raise _Timeout
                 try:
-                    worker = sandbox.spawn(source, base)
+                    worker = sandbox.spawn(source, template)
                     containment = worker.wait_ready(min(limits.load_timeout_s, left))
                 except (AppLoadFailure, WorkerGone) as exc:
                     if not loaded_once:
@@ -95,8 +99,10 @@ def run_sandboxed(
                                for a in answers]
                 else:
                     loaded_once = True
-                    if worker.swapped is False:
-                        base = None  # the patch is more than body changes: load the rest afresh directly
+                    if template is not None and worker.swapped is False:
+                        # The patch is more than body changes: the rest load afresh, directly.
+                        sandbox.templates.release(template)
+                        template = None
                     with worker:
                         asked, gone = _serve_probe(worker, requests, answers, deadline, limits.request_timeout_s)
                     sent += asked
@@ -111,6 +117,9 @@ def run_sandboxed(
         reason = f"not answered in time: checking this app took longer than {limits.verify_timeout_s:g} s"
         responses = [HttpResponse(None, error=reason) for probe in probes for _ in probe.steps]
         judged = list(probes)
+    finally:
+        if template is not None:
+            sandbox.templates.release(template)
     outcomes, _ = assemble_outcomes(judged, responses)
     return RunReport(
         load_error=None,
@@ -121,6 +130,11 @@ def run_sandboxed(
         containment=containment,
         restarts=crashed,
     )
+
+
+def _needs_app(probes: Sequence[Probe], tokens: Mapping[str, str], blocks) -> int:
+    """How many of ``probes`` have a request the gate lets through to the app."""
+    return sum(1 for probe in probes if any(blocks(step_request(step, tokens)) is None for step in probe.steps))
 
 
 def _serve_probe(worker: Worker, requests: list[HttpRequest], answers: list[HttpResponse | None], deadline: float,

@@ -1,27 +1,39 @@
-"""The parent's side of templates: one process per scenario holding its original app, kept warm.
+"""The parent's side of templates: a process holding one app's trusted original, forking its workers.
 
-A verification of a patched app normally forks a worker from the zygote, which imports the whole
-app. When the caller says which trusted app the patch was made from (its *base*: the bundle's
-files with the data files being graded), :class:`TemplateSet` keeps a template process for that
-base (:mod:`envcore.sandbox.preload`) and the worker is forked from it instead, swapping in only
-the changed function bodies. A group of rollouts on one scenario (GRPO) or an episode's repeated
-requests and test runs pay for the import once.
+Every probe runs in a worker of its own (see :mod:`envcore.sandbox.runner`), so a verification of
+a patched app starts as many workers as it has probes. A fresh worker imports the whole app; when
+the caller says which trusted app the patch was made from (its *base*: the bundle's files with the
+data files being graded), the run can instead hold a **template** for that base
+(:mod:`envcore.sandbox.preload`): a process that imported the original app once and forks each
+worker, which swaps in only the changed function bodies. The import is paid once per run instead of
+once per probe.
+
+A template belongs to **one run at a time** (:meth:`Templates.acquire`, :meth:`Templates.release`)
+and its workers run one at a time. Each worker works in the template's own folder with the rights a
+fresh worker has in its private folder (write the app's existing files, create none), so a patch
+behaves the same whichever kind of worker serves it. When a worker has ended (killed and reaped by
+the template) the parent puts the folder back exactly as it was after the template's import
+(:meth:`TemplateLink.settle`): the next worker reads what the first one read, whatever the first
+one wrote or deleted. A template whose import left a file open or a shared mapping (which workers
+would share, offsets and all) is refused and the run loads afresh.
 
 A template is used only when the patch keeps the base's entrypoint, its set of Python files and
-every other file byte for byte; the worker itself decides whether the code change qualifies and
-otherwise says ``unswappable``, and the sandbox falls back to a fresh worker. At most
-``max_templates`` templates live at once (least recently used goes first, never one with workers
-out); up to ``spares`` contained workers are kept ready, prepared for the most recently used
-template, with the template's pages already copied into them. A template that fails to load its (trusted) app is remembered as
-such and not retried; one that dies is rebuilt on next use.
+every other file byte for byte (:func:`fits`); the worker itself decides whether the code change
+qualifies and otherwise says ``unswappable``, and the run falls back to fresh workers. At most
+``max_templates`` templates live at once; past that a run loads afresh. :meth:`Templates.prepare`
+builds one in the background for a base that a run is about to want (an episode announces its
+scenario at reset), so that the first run finds it ready; a template that fails to import its
+(trusted) app is remembered as such and not retried.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -38,10 +50,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TEMPLATE_READY_TIMEOUT_S = 30.0
 FAILED_MEMORY = 256
+PREPARED_TTL_S = 300.0
+"""A prepared template nobody acquired within this time is retired."""
 
 
 class TemplateLost(RunnerInfrastructureError):
-    """A template process is gone; its workers died with it (rebuilt on next use)."""
+    """A template process is gone; its workers died with it."""
 
 
 def base_key(base: AppSource) -> str:
@@ -60,6 +74,56 @@ def fits(source: AppSource, base: AppSource) -> bool:
     return all(source.files[p] == text for p, text in base.files.items() if not p.endswith(".py"))
 
 
+class FolderSnapshot:
+    """A folder's files and sub-folders as the parent last saw them, to put the folder back."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.folders: set[str] = set()
+        self.files: dict[str, tuple[bytes, tuple[int, int, int]]] = {}
+        for folder, names, files in os.walk(root):
+            rel = os.path.relpath(folder, root)
+            if rel != ".":
+                self.folders.add(rel)
+            for name in files:
+                path = os.path.join(folder, name)
+                with open(path, "rb") as handle:
+                    data = handle.read()
+                self.files[os.path.relpath(path, root)] = (data, _signature(path))
+
+    def restore(self) -> None:
+        """Make the folder what it was: remove what is new, recreate what is gone, rewrite what changed."""
+        for folder, names, files in os.walk(self.root, topdown=True):
+            rel_folder = os.path.relpath(folder, self.root)
+            for name in list(names):
+                rel = os.path.normpath(os.path.join(rel_folder, name))
+                if rel not in self.folders:
+                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                    names.remove(name)
+            for name in files:
+                rel = os.path.normpath(os.path.join(rel_folder, name))
+                if rel not in self.files:
+                    os.unlink(os.path.join(folder, name))
+        for rel in sorted(self.folders):
+            os.makedirs(os.path.join(self.root, rel), exist_ok=True)
+        for rel, (data, signature) in self.files.items():
+            path = os.path.join(self.root, rel)
+            try:
+                if _signature(path) == signature:
+                    continue
+            except FileNotFoundError:
+                pass
+            with open(path, "wb") as handle:  # same inode when it still exists
+                handle.write(data)
+            self.files[rel] = (data, _signature(path))
+
+
+def _signature(path: str) -> tuple[int, int, int]:
+    """What changes when a file is written, replaced or removed (a worker cannot set times back)."""
+    info = os.stat(path)
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
 class TemplateLink:
     """The parent's connection to one template process. Thread-safe."""
 
@@ -69,9 +133,9 @@ class TemplateLink:
         self.alive = True
         self.generation = 0
         """The zygote generation that forked it (see ``Sandbox.zygote_restarts``)."""
-        self.busy = 0
-        """Workers handed out and not closed yet (a template with workers out is never evicted)."""
         self.spares: deque["Worker"] = deque()
+        self.snapshot: FolderSnapshot | None = None
+        self.prepared_at = time.monotonic()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -100,6 +164,21 @@ class TemplateLink:
     def status(self, pid: int) -> str:
         return str(self.call({"type": "status", "pid": pid})["ended"])
 
+    def settle(self, pid: int, *, kill: bool) -> str:
+        """End worker ``pid`` (killing it if ``kill``), wait until the template has reaped it, and put
+        the folder back as it was after the import; return how the worker ended. :class:`TemplateLost`
+        if the template is gone (its workers died with it)."""
+        if kill:
+            self.kill(pid)
+        ended = self.status(pid)
+        if self.snapshot is not None:
+            try:
+                self.snapshot.restore()
+            except OSError as exc:
+                self.close()  # a folder the parent cannot put back is never used again
+                raise TemplateLost(f"the template's folder could not be restored: {exc}") from None
+        return ended
+
     def _lost(self) -> None:
         self.alive = False
         try:
@@ -115,80 +194,130 @@ class TemplateLink:
             self._lost()
 
 
-INTEREST_KEPT = 4096
-"""Bases whose :meth:`TemplateSet.prepare` calls are counted (least recently prepared forgotten first)."""
+class Templates:
+    """Template processes, each lent to one run at a time. Thread-safe."""
 
-
-class TemplateSet:
-    """Templates by base, least recently used first. Thread-safe."""
-
-    def __init__(self, sandbox: "Sandbox", max_templates: int, spares: int, build_after: int = 1) -> None:
+    def __init__(self, sandbox: "Sandbox", max_templates: int, spares: int) -> None:
         self.sandbox = sandbox
         self.max_templates = max_templates
         self.spares = spares
-        self.build_after = build_after
-        """1: a base's template is built the first time a patch of it is loaded (the caller waits).
-        ``n`` > 1: only once :meth:`prepare` has been called ``n`` times for it (``n`` episodes of
-        one scenario, as in a GRPO group), in the background; until then patches load afresh. A
-        template costs about as much as a fresh load to build, so it pays only when a scenario is
-        played more than once."""
-        self._interest: OrderedDict[str, int] = OrderedDict()
-        self.stats = {"built": 0, "failed": 0, "evicted": 0, "build_ms": 0.0}
-        self._links: OrderedDict[str, TemplateLink] = OrderedDict()
+        """Workers kept forked and contained, waiting for the patch, per template in use."""
+        self.stats = {"built": 0, "failed": 0, "prepared_used": 0, "refused": 0, "build_ms": 0.0}
+        self._live: set[TemplateLink] = set()
+        self._prepared: OrderedDict[str, TemplateLink] = OrderedDict()
+        self._preparing: set[str] = set()
+        self._in_use: list[TemplateLink] = []
         self._failed: OrderedDict[str, str] = OrderedDict()
-        self._building: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
-        self._mru: str | None = None
-        self._mru_hits = 0
         self._want_spares = threading.Event()
         self._spare_thread: threading.Thread | None = None
         self._closed = False
 
-    # -- lookup -----------------------------------------------------------------------------
-    def for_patch(self, source: AppSource, base: AppSource) -> TemplateLink | None:
-        """The template to fork ``source``'s worker from; ``None`` if the patch does not fit the base
-        or the base has no template (disabled, failed to load, or, with ``build_after`` > 1, not yet
-        wanted by enough episodes). With ``build_after`` 1 a missing template is built now."""
-        if self.max_templates <= 0 or not fits(source, base):
-            return None
-        if self.build_after > 1:
-            key = base_key(base)
-            with self._lock:
-                if not self._has(key):
-                    return None
-        return self.get(base)
+    @property
+    def enabled(self) -> bool:
+        return self.max_templates > 0
 
-    def get(self, base: AppSource) -> TemplateLink | None:
+    # -- lending ----------------------------------------------------------------------------
+    def acquire(self, base: AppSource) -> TemplateLink | None:
+        """A template of ``base`` for the caller alone (a prepared one, else built now), or ``None``
+        when templates are off, too many are alive, or ``base`` does not import."""
+        if not self.enabled or self._closed:
+            return None
         key = base_key(base)
-        while True:
-            with self._lock:
-                if self._closed:
+        self._expire_prepared()
+        with self._lock:
+            if key in self._failed:
+                return None
+            link = self._prepared.pop(key, None)
+            if link is None and len(self._live) >= self.max_templates:
+                self._retire_oldest_prepared()
+                if len(self._live) >= self.max_templates:
                     return None
-                link = self._links.get(key)
-                if link is not None and link.generation != self.sandbox.zygote_restarts:
-                    link.close()  # forked by a zygote that has died since: it died with it
-                if link is not None and link.alive:
-                    self._links.move_to_end(key)
-                    self._touch(key)
-                    evicted = self._evict(keep=key)  # templates kept past the limit while in use
-                    break
-                if link is not None:  # died: forget it and build again
-                    del self._links[key]
-                    self.sandbox.discard_workspace(link.workspace)
-                if key in self._failed:
-                    return None
-                waiting = self._building.get(key)
-                if waiting is None:
-                    self._building[key] = threading.Event()
-                    link = None
-                    break
-            waiting.wait(TEMPLATE_READY_TIMEOUT_S)
-        if link is not None:
-            for old in evicted:
-                self._retire(old)
-            return link
+            if link is not None:
+                self.stats["prepared_used"] += 1
+        if link is not None and not self._usable(link):
+            self._retire(link)
+            link = None
+        if link is None:
+            link = self._build_or_none(key, base)
+            if link is None:
+                return None
+        with self._lock:
+            self._in_use.append(link)
+        self.want_spares()
+        return link
+
+    def release(self, link: TemplateLink) -> None:
+        """The run is over: the template is retired (a template serves one run)."""
+        with self._lock:
+            if link in self._in_use:
+                self._in_use.remove(link)
+        self._retire(link)
+
+    def prepare(self, base: AppSource) -> None:
+        """Build a template of ``base`` in the background for the next :meth:`acquire` of it."""
+        if not self.enabled or self._closed:
+            return
+        key = base_key(base)
+        self._expire_prepared()
+        with self._lock:
+            if key in self._failed or key in self._prepared or key in self._preparing:
+                return
+            self._preparing.add(key)
+        threading.Thread(target=self._prepare, args=(key, base), name="sandbox-template", daemon=True).start()
+
+    def _prepare(self, key: str, base: AppSource) -> None:
         try:
-            link = self._build(key, base)
+            with self._lock:
+                full = len(self._live) >= self.max_templates
+                if full:
+                    self._retire_oldest_prepared()
+                    full = len(self._live) >= self.max_templates
+            link = None if full else self._build_or_none(key, base)
+        except RunnerInfrastructureError:
+            link = None  # the run that wants it builds it (or reports the problem)
+        finally:
+            with self._lock:
+                self._preparing.discard(key)
+        if link is None:
+            return
+        with self._lock:
+            if self._closed:
+                retire = link
+            else:
+                retire = self._prepared.pop(key, None)
+                self._prepared[key] = link
+        if retire is not None:
+            self._retire(retire)
+
+    def _usable(self, link: TemplateLink) -> bool:
+        fresh = time.monotonic() - link.prepared_at < PREPARED_TTL_S
+        return link.alive and link.generation == self.sandbox.zygote_restarts and fresh
+
+    def _expire_prepared(self) -> None:
+        with self._lock:
+            stale = [key for key, link in self._prepared.items() if not self._usable(link)]
+            links = [self._prepared.pop(key) for key in stale]
+        for link in links:
+            self._retire(link)
+
+    def _retire_oldest_prepared(self) -> None:
+        """Give a prepared template's place to a run (caller holds the lock)."""
+        if self._prepared:
+            _, link = self._prepared.popitem(last=False)
+            threading.Thread(target=self._retire, args=(link,), daemon=True).start()
+
+    def _retire(self, link: TemplateLink) -> None:
+        link.close()
+        self.sandbox.kill_worker(link.pid)
+        self.sandbox.discard_workspace(link.workspace)
+        with self._lock:
+            self._live.discard(link)
+
+    # -- building ---------------------------------------------------------------------------
+    def _build_or_none(self, key: str, base: AppSource) -> TemplateLink | None:
+        try:
+            return self._build(key, base)
         except AppLoadError as exc:
             with self._lock:
                 self._failed[key] = str(exc)
@@ -196,45 +325,7 @@ class TemplateSet:
                     self._failed.popitem(last=False)
                 self.stats["failed"] += 1
             return None
-        finally:
-            with self._lock:
-                self._building.pop(key).set()
-        with self._lock:
-            self._links[key] = link
-            self._touch(key)
-            evicted = self._evict(keep=key)
-        for old in evicted:
-            self._retire(old)
-        return link
 
-    def _has(self, key: str) -> bool:
-        """Whether ``key``'s template is alive or being built (call with the lock held)."""
-        return key in self._building or (key in self._links and self._links[key].alive)
-
-    def prepare(self, base: AppSource) -> None:
-        """Say that patches of ``base`` are coming (an episode of its scenario starts): its template
-        is built in the background once this has been said ``build_after`` times."""
-        if self.max_templates <= 0:
-            return
-        key = base_key(base)
-        with self._lock:
-            if self._has(key):
-                return
-            count = self._interest.pop(key, 0) + 1
-            self._interest[key] = count
-            while len(self._interest) > INTEREST_KEPT:
-                self._interest.popitem(last=False)
-            if count < self.build_after:
-                return
-        threading.Thread(target=self._prepare, args=(base,), name="sandbox-template", daemon=True).start()
-
-    def _prepare(self, base: AppSource) -> None:
-        try:
-            self.get(base)
-        except RunnerInfrastructureError:
-            pass  # the verification that needs it will build it (or report the problem)
-
-    # -- building ---------------------------------------------------------------------------
     def _build(self, key: str, base: AppSource) -> TemplateLink:
         sandbox = self.sandbox
         started = time.perf_counter()
@@ -264,44 +355,27 @@ class TemplateSet:
             child.close()
         if not ready.get("ok"):
             parent.close()
+            sandbox.kill_worker(int(reply["pid"]))
             sandbox.discard_workspace(workspace)
+            if ready.get("refused"):  # it imported, but holds something its workers would share
+                self.stats["refused"] += 1
             raise AppLoadError(str(ready.get("error")))
         parent.settimeout(sandbox.limits.request_timeout_s)
         link = TemplateLink(key, int(reply["pid"]), parent, reader, workspace, ready)
         link.generation = sandbox.zygote_restarts
+        try:
+            link.snapshot = FolderSnapshot(workspace)
+        except OSError as exc:
+            link.close()
+            sandbox.discard_workspace(workspace)
+            raise RunnerInfrastructureError(f"cannot read the template's folder: {exc}") from exc
+        with self._lock:
+            self._live.add(link)
         self.stats["built"] += 1
         self.stats["build_ms"] += (time.perf_counter() - started) * 1000
         return link
 
-    def _evict(self, keep: str) -> list[TemplateLink]:
-        """Templates past ``max_templates``, least recently used first, skipping ``keep`` (about to
-        be used) and those with workers out (caller holds the lock)."""
-        out = []
-        for key in list(self._links):
-            if len(self._links) <= self.max_templates:
-                break
-            link = self._links[key]
-            if key != keep and link.busy == 0:
-                del self._links[key]
-                out.append(link)
-                self.stats["evicted"] += 1
-        return out
-
-    def _retire(self, link: TemplateLink) -> None:
-        link.close()
-        self.sandbox.kill_worker(link.pid)
-        self.sandbox.discard_workspace(link.workspace)
-
     # -- spares -----------------------------------------------------------------------------
-    def _touch(self, key: str) -> None:
-        """``key`` is now the most recently used template: new spares are prepared for it (caller
-        holds the lock). At most ``spares`` exist in all; those of other templates are given up for
-        it only once it is used twice in a row (a group of rollouts), so that scenarios verified in
-        turn do not throw prepared work away at every switch."""
-        self._mru_hits = self._mru_hits + 1 if self._mru == key else 1
-        self._mru = key
-        self.want_spares()
-
     def want_spares(self) -> None:
         if self.spares <= 0 or self._closed:
             return
@@ -319,36 +393,30 @@ class TemplateSet:
         return None
 
     def _keep_spares(self) -> None:
+        """Background thread: keep ``spares`` prepared workers for every template in use."""
         while not self._closed:
             self._want_spares.wait(1.0)
             self._want_spares.clear()
             while not self._closed:
                 with self._lock:
-                    link = self._links.get(self._mru or "")
-                    if link is None or not link.alive or len(link.spares) >= self.spares:
-                        break
-                    others = [other for other in self._links.values() if other is not link and other.spares]
-                    reclaim = None
-                    if len(link.spares) + sum(len(other.spares) for other in others) >= self.spares:
-                        if self._mru_hits < 2 or not others:
-                            break
-                        reclaim = others[0].spares.popleft()  # least recently used template first
-                if reclaim is not None:
-                    reclaim.close()
+                    link = next((t for t in self._in_use if t.alive and len(t.spares) < self.spares), None)
+                if link is None:
+                    break
                 worker = self.sandbox.fork_spare(link)
                 if worker is None:
                     break
                 with self._lock:
-                    if self._mru == link.key and link.alive and not self._closed:
+                    if link in self._in_use and link.alive and not self._closed:
                         link.spares.append(worker)
                         continue
                 worker.close()
-                break
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            links, self._links = list(self._links.values()), OrderedDict()
+            links = list(self._live)
+            self._prepared.clear()
+            self._in_use.clear()
         self._want_spares.set()
         for link in links:
             self._retire(link)
