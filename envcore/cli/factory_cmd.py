@@ -83,6 +83,13 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("cache", type=Path, nargs="?", help="cache folder (default: the newest shipped cache)")
     p.set_defaults(func=cmd_stats)
 
+    p = cmds.add_parser("warmup-apps", help="write the sample apps the sandbox warms up on",
+                        description="Generate the sandbox's warm-up samples (one app per code layout, auth style and "
+                        "store, from seeds outside every shipped range) and write them where the sandbox reads them. "
+                        "Run it after changing the generator.")
+    p.add_argument("--out", type=Path, help="file to write (default: the sandbox's own samples file)")
+    p.set_defaults(func=cmd_warmup_apps)
+
 
 def _open(path: Path | None) -> ScenarioCache:
     try:
@@ -234,4 +241,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"\nby {key}")
         for name, n in table.items():
             print(f"  {name:<36} {n:>5}")
+    return 0
+
+
+def cmd_warmup_apps(args: argparse.Namespace) -> int:
+    from envcore.factory.warmup import write_warmup_apps
+    from envcore.sandbox.warmup import SAMPLES
+
+    out = args.out or SAMPLES
+    count = write_warmup_apps(out)
+    print(f"wrote {count} warm-up apps to {out}")
     return 0
