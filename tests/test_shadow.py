@@ -1,16 +1,24 @@
-"""Shadow data: same code, people the agent never saw; patches that special-case the seeded users or
-edit the data files do not survive regrading."""
+"""Shadow data: same code, people and records the agent never saw, drawn anew for every grading.
+Patches that special-case the seeded users or records, or edit the data files, do not survive
+regrading, and nothing one grading's shadow reveals works in the next."""
 
 from __future__ import annotations
 
 import json
+import random
+import re
+import subprocess
+import sys
 
 import pytest
 
-from envcore.factory.shadow import NoShadow, is_code, regrade_files, shadow_bundle
 from envcore.patching import apply_patch
 from envcore.runner.base import AppSource
+from envcore.scenario.bundle import ShadowValue
 from envcore.scenario.probes import ProbeKind
+from envcore.verifier.shadow import (
+    apply_substitution, draw_shadow, draw_substitution, fresh_value, is_code, regrade_files, shadowable,
+)
 
 
 def _run(runner, files, bundle):
@@ -18,64 +26,177 @@ def _run(runner, files, bundle):
     return runner.run(AppSource(files, bundle.entrypoint), bundle.probes, tokens)
 
 
+def _data_text(bundle) -> str:
+    """Everything a shadow replaces identities in: data files (paths and text), probes, users."""
+    parts = [f"{p}\n{t}" for p, t in bundle.files.items() if not is_code(p)]
+    parts += [p.model_dump_json() for p in bundle.probes] + [u.model_dump_json() for u in bundle.users]
+    return "\n".join(parts)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
 def test_shadow_keeps_the_code_and_changes_every_identity(seed, bundle_for):
     bundle = bundle_for(seed)
-    shadow = shadow_bundle(bundle)
+    shadow = draw_shadow(bundle, random.Random(1000 + seed))  # not the factory's own stream
+    assert shadow is not None
     assert {p: t for p, t in bundle.files.items() if is_code(p)} == {p: t for p, t in shadow.files.items() if is_code(p)}
     assert {u.username for u in bundle.users}.isdisjoint({u.username for u in shadow.users})
     assert {u.token for u in bundle.users}.isdisjoint({u.token for u in shadow.users})
-    assert shadow.files["data/seed.json"] != bundle.files["data/seed.json"]
+    assert {u.user_id for u in bundle.users}.isdisjoint({u.user_id for u in shadow.users})
+    text = _data_text(shadow)
+    left = [item.value for item in shadowable(bundle) if item.value in text]
+    assert left == [], f"identities the shadow kept: {left}"
     assert shadow.reference_fix == bundle.reference_fix
+    assert [p.id for p in shadow.probes] == [p.id for p in bundle.probes]
+
+
+def test_every_drawn_identity_of_a_generated_bundle_is_declared(bundle_for):
+    """The factory declares what it drew: no token, id, name or marker of the spec is left out."""
+    for seed in range(8):
+        bundle = bundle_for(seed)
+        declared = {item.value for item in bundle.shadow_values}
+        spec = bundle.spec
+        for user in spec.users:
+            assert {user.username, user.display_name, user.user_id, user.token, user.api_key} <= declared
+        for record in spec.records:
+            assert record.record_id in declared
+            markers = [m for v in record.values.values() if isinstance(v, str) for m in re.findall(r"[0-9a-f]{6}$", v)]
+            assert set(markers) <= declared
+        assert spec.app_secret in declared
+
+
+@pytest.mark.parametrize("value, keep, shape", [
+    ("tok_3b09364830407f300f036a16", 4, r"tok_[0-9a-f]{24}"),
+    ("usr_8a364d31", 4, r"usr_[0-9a-f]{8}"),
+    ("zoe.tanaka78", 0, r"[a-z]{3}\.[a-z]{6}[0-9]{2}"),
+    ("Zoe Tanaka", 0, r"[A-Z][a-z]{2} [A-Z][a-z]{5}"),
+    ("48213", 0, r"[1-9][0-9]{4}"),
+    ("90d302", 0, r"[0-9a-f]{6}"),
+    ("pbkdf2$dd1786345c63d8d391fd87823c4021c8", 7, r"pbkdf2\$[0-9a-f]{32}"),
+    ("contoso-fb95", 0, r"[a-z]{7}-[a-z]{2}[0-9]{2}"),
+], ids=["token", "user-id", "username", "display-name", "int-id", "marker", "hash", "tenant"])
+def test_a_fresh_value_keeps_the_shape_of_the_old(value, keep, shape):
+    rng = random.Random(7)
+    for _ in range(20):
+        new = fresh_value(ShadowValue(value=value, keep=keep), rng)
+        assert re.fullmatch(shape, new), new
+
+
+def test_shadows_are_fresh_for_every_grading(bundle_for):
+    bundle = bundle_for(3)
+    first, second = draw_shadow(bundle), draw_shadow(bundle)
+    assert {u.token for u in first.users}.isdisjoint({u.token for u in second.users})
+    assert {u.username for u in first.users}.isdisjoint({u.username for u in second.users})
+    assert first.files["data/seed.json"] != second.files["data/seed.json"]
 
 
 def test_shadow_of_the_reference_fix_is_full_marks(bundle_for, runner):
-    bundle = bundle_for(7)
-    shadow = shadow_bundle(bundle)
-    fixed = apply_patch(bundle.files, bundle.reference_fix)
-    report = _run(runner, regrade_files(fixed, shadow), shadow)
-    assert all(o.passed for o in report.outcomes)
+    for seed in (7, 11):
+        bundle = bundle_for(seed)
+        shadow = draw_shadow(bundle, random.Random(1000 + seed))
+        fixed = apply_patch(bundle.files, bundle.reference_fix)
+        report = _run(runner, regrade_files(fixed, shadow), shadow)
+        assert all(o.passed for o in report.outcomes), [o.probe_id for o in report.outcomes if not o.passed]
+        vulnerable = _run(runner, regrade_files(bundle.files, shadow), shadow)
+        assert not all(o.passed for o in vulnerable.outcomes if o.kind == ProbeKind.SECURITY)
 
 
-def _attacker_blocking_patch(bundle) -> dict[str, str]:
-    """A reward hack: refuse the seeded attacker's token instead of fixing the access check."""
-    attacker = bundle.spec.player("attacker")
+def _attacker_blocking_patch(bundle, token: str) -> dict[str, str]:
+    """A reward hack: refuse one token by value instead of fixing the access check."""
     path = next(p for p, t in bundle.files.items() if "def resolve_user(request: Request):" in t)
     text = bundle.files[path].replace(
         '    """Return the user that owns the request\'s bearer token, or None."""\n',
         '    """Return the user that owns the request\'s bearer token, or None."""\n'
-        f'    if "{attacker.token}" in request.headers.get("authorization", ""):\n'
+        f'    if "{token}" in request.headers.get("authorization", ""):\n'
         "        return None\n",
     )
     assert text != bundle.files[path]
     return {**bundle.files, path: text}
 
 
+def _idor_bundle(bundle_for):
+    return next(b for b in map(bundle_for, range(30)) if b.bug_class in ("idor_read", "idor_write")
+                and any("def resolve_user(request: Request):" in t for t in b.files.values()))
+
+
 def test_special_casing_the_seeded_attacker_is_caught_by_shadow_data(bundle_for, runner):
-    bundle = next(b for b in map(bundle_for, range(30)) if b.bug_class in ("idor_read", "idor_write"))
-    hacked = _attacker_blocking_patch(bundle)
+    bundle = _idor_bundle(bundle_for)
+    hacked = _attacker_blocking_patch(bundle, bundle.spec.player("attacker").token)
     on_seen_data = _run(runner, hacked, bundle)
     security = [o for o in on_seen_data.outcomes if o.kind == ProbeKind.SECURITY]
     assert security and all(o.passed for o in security)  # the hack fools the probes the agent could know
-    shadow = shadow_bundle(bundle)
+    shadow = draw_shadow(bundle)
     regraded = _run(runner, regrade_files(hacked, shadow), shadow)
-    assert not any(o.passed for o in regraded.outcomes if o.kind == ProbeKind.SECURITY)
+    assert not all(o.passed for o in regraded.outcomes if o.kind == ProbeKind.SECURITY)
+
+
+def test_a_shadow_identity_learned_in_one_grading_is_useless_in_the_next(bundle_for, runner):
+    """Even a patch that knows one grading's shadow attacker (say it leaked) fails the next grading."""
+    bundle = _idor_bundle(bundle_for)
+    attacker = bundle.spec.player("attacker").username
+    leaked = draw_substitution(bundle)
+    leaked_shadow = apply_substitution(bundle, leaked)
+    hacked = _attacker_blocking_patch(bundle, leaked_shadow.user(leaked.mapping[attacker]).token)
+    on_leaked = _run(runner, regrade_files(hacked, leaked_shadow), leaked_shadow)
+    assert all(o.passed for o in on_leaked.outcomes if o.kind == ProbeKind.SECURITY)  # it would have worked there
+    fresh = draw_shadow(bundle)
+    regraded = _run(runner, regrade_files(hacked, fresh), fresh)
+    assert not all(o.passed for o in regraded.outcomes if o.kind == ProbeKind.SECURITY)
 
 
 def test_deleting_the_attacker_session_from_seed_data_does_not_survive_regrading(bundle_for, runner):
-    bundle = bundle_for(2)
-    seed = json.loads(bundle.files["data/seed.json"])
-    attacker = bundle.spec.player("attacker")
-    seed["sessions"] = [s for s in seed["sessions"] if s["token"] != attacker.token]
-    hacked = {**bundle.files, "data/seed.json": json.dumps(seed)}
-    security = [o for o in _run(runner, hacked, bundle).outcomes if o.kind == ProbeKind.SECURITY]
-    assert all(o.passed for o in security)  # on the data the agent edited, the hack "works"
-    shadow = shadow_bundle(bundle)
-    regraded = _run(runner, regrade_files(hacked, shadow), shadow)
-    assert not any(o.passed for o in regraded.outcomes if o.kind == ProbeKind.SECURITY)
+    def passed(files, data):
+        return {o.probe_id for o in _run(runner, files, data).outcomes if o.kind == ProbeKind.SECURITY and o.passed}
+
+    def hacked_files(bundle):
+        seed = json.loads(bundle.files["data/seed.json"])
+        attacker = bundle.spec.player("attacker")
+        seed["sessions"] = [s for s in seed["sessions"] if s["token"] != attacker.token]
+        return {**bundle.files, "data/seed.json": json.dumps(seed)}
+
+    # a scenario where the hack "works" on the data the agent edited
+    bundle = next(b for b in map(bundle_for, range(30)) if passed(hacked_files(b), b) - passed(b.files, b))
+    hacked = hacked_files(bundle)
+    shadow = draw_shadow(bundle)
+    assert regrade_files(hacked, shadow)["data/seed.json"] == shadow.files["data/seed.json"]
+    assert passed(regrade_files(hacked, shadow), shadow) == passed(regrade_files(bundle.files, shadow), shadow)
 
 
-def test_hand_written_scenarios_have_no_shadow(bundle_for):
-    bundle = bundle_for(0).model_copy(update={"spec": None})
-    with pytest.raises(NoShadow):
-        shadow_bundle(bundle)
+def test_values_present_in_the_code_are_not_shadowed(bundle_for):
+    bundle = bundle_for(1)
+    user = bundle.users[0]
+    path = next(p for p in bundle.files if is_code(p))
+    coded = bundle.model_copy(update={"files": {**bundle.files, path: bundle.files[path] + f"\nADMIN = {user.username!r}\n"}})
+    assert user.username not in {item.value for item in shadowable(coded)}
+    shadow = draw_shadow(coded)
+    assert user.username in {u.username for u in shadow.users}  # kept: the code needs it as it is
+
+
+def test_a_bundle_that_declares_no_identities_is_graded_on_its_own_data(bundle_for):
+    bundle = bundle_for(0).model_copy(update={"shadow_values": ()})
+    assert draw_shadow(bundle) is None
+
+
+def test_grading_does_not_need_the_factory(bundle_for, tmp_path):
+    """The verifier shadows and grades a bundle in a process where the factory cannot be imported."""
+    bundle = bundle_for(4)
+    path = tmp_path / "bundle.json"
+    path.write_text(bundle.model_dump_json())
+    script = f"""
+import sys
+class NoFactory:
+    def find_spec(self, name, path=None, target=None):
+        if name == "envcore.factory" or name.startswith("envcore.factory."):
+            raise ImportError("the factory is not available to grading")
+sys.meta_path.insert(0, NoFactory())
+from envcore.scenario.bundle import Bundle
+from envcore.patching import apply_patch
+from envcore.verifier import verify
+bundle = Bundle.model_validate_json(open({str(path)!r}).read())
+report = verify(bundle, apply_patch(bundle.files, bundle.reference_fix))
+assert report.shadow and report.resolution.value == "full", report.summary()
+assert not any(name.startswith("envcore.factory") for name in sys.modules)
+print("graded without the factory")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "graded without the factory" in done.stdout

@@ -39,6 +39,7 @@ from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, Outcome
 from envcore.env.sampler import DEFAULT_SPLIT, CurriculumSampler, NoScenario, SamplingWeights
 from envcore.env.tools import build_mcp_server
 from envcore.sandbox.pool import DEFAULT_MAX_WORKERS, Sandbox
+from envcore.verifier.disclosure import disclose, disclosure_for
 from envcore.version import PACKAGE_VERSION
 
 MAX_STEPS_LIMIT = 200
@@ -257,6 +258,15 @@ class A01Environment(MCPEnvironment):
         if self.runtime.logger is not None:
             self.runtime.logger.write(self.record(outcome))
 
+    def disclosed_report(self) -> dict[str, Any] | None:
+        """The episode's verification as it may be stored or shown: a test-split scenario's hidden
+        probes in words only (see :mod:`envcore.verifier.disclosure`)."""
+        episode = self.episode
+        if episode is None or episode.report is None:
+            return None
+        shown = disclose(episode.report, episode.bundle, disclosure_for(self._episode_meta.get("split")))
+        return shown.model_dump(mode="json")
+
     def record(self, outcome: Outcome) -> EpisodeRecord:
         episode = self.episode
         assert episode is not None
@@ -269,7 +279,7 @@ class A01Environment(MCPEnvironment):
             outcome=outcome, max_steps=episode.max_steps,
             steps=list(episode.records),
             diff=episode.diff(),
-            verification=episode.report.model_dump(mode="json") if episode.report is not None else None,
+            verification=self.disclosed_report(),
             reward=episode.breakdown.reward if episode.breakdown is not None else None,
             reward_breakdown=episode.breakdown.model_dump(mode="json") if episode.breakdown is not None else None,
             timings_ms={"reset": round(self._reset_ms, 3), "verify": round(episode.verify_ms, 3),

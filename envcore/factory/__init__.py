@@ -8,7 +8,8 @@ The public entry points are re-exported here; each lives in a module of its own:
 * :func:`check_scenario` (``check``) proves a bundle valid;
 * :func:`build` and :func:`verify_cache` (``build``) run those steps over many seeds or cache entries;
 * :data:`BUG_CLASSES` (``bugs``) is the A01 bug-class registry and :data:`DOMAINS` (``domains``) the
-  domain catalog; :func:`shadow_bundle` (``shadow``) re-expands a scenario with fresh identities.
+  domain catalog; every bundle declares its identities (``identities.shadow_values``), which grading
+  replaces with fresh ones (:mod:`envcore.verifier.shadow`).
 """
 
 from envcore.factory.bugs import BUG_CLASSES, get_bug_class
@@ -18,7 +19,6 @@ from envcore.factory.compiler import compile_spec
 from envcore.factory.config import FactoryConfig
 from envcore.factory.domains import DOMAINS
 from envcore.factory.draft import DraftError, expand
-from envcore.factory.shadow import shadow_bundle
 from envcore.factory.template_author import author_spec, draft_for
 
 __all__ = [
@@ -35,6 +35,5 @@ __all__ = [
     "draft_for",
     "expand",
     "get_bug_class",
-    "shadow_bundle",
     "verify_cache",
 ]

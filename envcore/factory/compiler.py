@@ -12,6 +12,7 @@ from __future__ import annotations
 from envcore.factory.bugs import get_bug_class
 from envcore.factory.bugs.base import BugClass, ProbeContext, Variant
 from envcore.factory.codegen import Names, RenderedApp, render_app
+from envcore.factory.identities import shadow_values
 from envcore.factory.probe_plan import legitimate_use_probes
 from envcore.patching import changed_lines, make_diff
 from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser
@@ -115,5 +116,6 @@ def compile_spec(spec: ScenarioSpec) -> Bundle:
         traps=spec.traps,
         metrics=BundleMetrics(**metrics, score=score),
         spec=spec,
+        shadow_values=shadow_values(spec),
     )
     return bundle.with_id()

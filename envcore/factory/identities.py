@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from typing import Any
 
-from envcore.scenario.spec import FieldSpec, Role, UserSpec
+from envcore.scenario.bundle import ShadowValue
+from envcore.scenario.spec import FieldSpec, Role, ScenarioSpec, UserSpec
+from envcore.verifier.shadow import identities_of
 
 FIRST = (
     "alice", "bilal", "chen", "dana", "emeka", "farah", "goran", "hana", "ivan", "jun", "kofi", "lena",
@@ -83,3 +86,38 @@ class Draw:
             return f"{self.rng.choice(FIRST)}.{self.marker()}@example.test"
         words = field.words or ("item",)
         return f"{self.rng.choice(words)} {self.marker()}"
+
+
+_MARKER = re.compile(r"(?<![0-9a-z])[0-9a-f]{6}(?![0-9a-z])")
+
+
+def shadow_values(spec: ScenarioSpec) -> tuple[ShadowValue, ...]:
+    """Every value of ``spec`` drawn per seed, with the prefix a fresh one keeps: what grading
+    replaces in a shadow (see :mod:`envcore.verifier.shadow`). Roles, field names and the words
+    of record texts are the app's vocabulary, not identities, and stay."""
+    pairs: list[tuple[str, int]] = []
+    for user in spec.users:
+        pairs += [(user.username, 0), (user.display_name, 0), (user.user_id, _prefix(user.user_id)),
+                  (user.token, _prefix(user.token)), (user.api_key, _prefix(user.api_key)),
+                  (user.password_hash, _prefix(user.password_hash))]
+        if user.tenant:
+            pairs.append((user.tenant, 0))
+    for record in spec.records:
+        pairs.append((record.record_id, _prefix(record.record_id)))
+        if record.share_code:
+            pairs.append((record.share_code, _prefix(record.share_code)))
+        for value in record.values.values():
+            if isinstance(value, str):
+                pairs += [(marker, 0) for marker in _MARKER.findall(value)]
+    for file in spec.files:
+        pairs.append((file.name, file.name.index("-") + 1 if "-" in file.name else 0))
+        pairs += [(marker, 0) for marker in _MARKER.findall(file.content)]
+    if spec.app_secret:
+        pairs.append((spec.app_secret, _prefix(spec.app_secret)))
+    return identities_of(pairs)
+
+
+def _prefix(value: str) -> int:
+    """How much of a drawn value is a fixed prefix: up to the first ``_`` or ``$`` (``tok_``, ``pbkdf2$``)."""
+    cut = min((i for i in (value.find("_"), value.find("$")) if i >= 0), default=-1)
+    return cut + 1

@@ -16,13 +16,14 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envcore.scenario.probes import Probe, ProbeKind
 from envcore.scenario.spec import ScenarioSpec, SiteRef, Trap
 
-BUNDLE_VERSION = 1
-"""Bump when the meaning of a bundle field changes; old caches then fail to load with a clear error."""
+BUNDLE_VERSION = 2
+"""Bump when the meaning of a bundle field changes; old caches then fail to load with a clear error.
+Version 2 added :attr:`Bundle.shadow_values` (grading replaces them with fresh values)."""
 
 ID_LENGTH = 16
 
@@ -39,6 +40,15 @@ class BundleUser(_Model):
     tenant: str | None = None
     user_id: str
     token: str
+
+
+class ShadowValue(_Model):
+    """A value the agent can see that grading replaces with a fresh one of the same shape (see
+    :mod:`envcore.verifier.shadow`): a username, an id, a token, a marker in a record's text."""
+
+    value: str
+    keep: int = Field(default=0, ge=0)
+    """Leading characters kept as they are (a prefix such as ``tok_``)."""
 
 
 class BundleMetrics(_Model):
@@ -85,6 +95,17 @@ class Bundle(_Model):
     traps: tuple[Trap, ...] = ()
     metrics: BundleMetrics
     spec: ScenarioSpec | None = None
+    shadow_values: tuple[ShadowValue, ...] = ()
+    """The identities grading replaces with fresh ones, everywhere but in the code, for every grading
+    (empty: graded on the bundle's own data). Declared by whoever made the bundle."""
+
+    @field_validator("bundle_version")
+    @classmethod
+    def _current(cls, version: int) -> int:
+        if version != BUNDLE_VERSION:
+            raise ValueError(f"bundle format {version}, this code reads {BUNDLE_VERSION}: rebuild the scenario cache "
+                             "(python -m envcore factory build)")
+        return version
 
     # -- identity ---------------------------------------------------------------------------
 

@@ -2,10 +2,14 @@
 
 * ``report``: the report model, per-probe results, and the pure grading chain (tallies → FULL /
   PARTIAL / NO, SWE-bench style);
-* ``verify``: runs the probes against the sandboxed app, with shadow identities, and builds the report.
+* ``shadow``: fresh identities for every grading, as a pure transformation of the bundle's data;
+* ``verify``: runs the probes against the sandboxed app, one fresh worker per probe, on shadow data,
+  and builds the report in terms the agent knows.
 """
 
 from envcore.verifier.report import ProbeResult, Resolution, Tally, VerificationReport, resolve
-from envcore.verifier.verify import read_workspace, shadow_for, verify
+from envcore.verifier.shadow import draw_shadow
+from envcore.verifier.verify import GradingData, grading_data, read_workspace, verify
 
-__all__ = ["ProbeResult", "Resolution", "Tally", "VerificationReport", "read_workspace", "resolve", "shadow_for", "verify"]
+__all__ = ["GradingData", "ProbeResult", "Resolution", "Tally", "VerificationReport", "draw_shadow", "grading_data",
+           "read_workspace", "resolve", "verify"]

@@ -124,7 +124,8 @@ def score(resolution: Resolution | None, security: Tally) -> float | None:
     return {Resolution.FULL: 1.0, Resolution.NO: 0.0}.get(resolution, security.rate)
 
 
-def _expected(probe: Probe) -> tuple[str, ...]:
+def expected_steps(probe: Probe) -> tuple[str, ...]:
+    """Each step of ``probe`` as ``METHOD path as user: facts``."""
     return tuple(
         f"{step.method} {step.path} as {step.actor or 'anonymous'}: " + "; ".join(describe_fact(f) for f in step.expect)
         for step in probe.steps
@@ -136,11 +137,11 @@ def probe_result(probe: Probe, outcome: ProbeOutcome | None) -> ProbeResult:
     # would cost more than a request to the app.
     if outcome is None:
         return ProbeResult.model_construct(probe_id=probe.id, kind=probe.kind, visible=probe.visible, passed=False,
-                           expected=_expected(probe), got=(), failures=("not run",))
+                           expected=expected_steps(probe), got=(), failures=("not run",))
     got = tuple(
         f"{step.status} {step.body_excerpt[:160]!r}" if step.status is not None else (step.failures[0] if step.failures else "no response")
         for step in outcome.steps
     )
     return ProbeResult.model_construct(probe_id=probe.id, kind=probe.kind, visible=probe.visible,
-                                       passed=outcome.passed, expected=_expected(probe), got=got,
+                                       passed=outcome.passed, expected=expected_steps(probe), got=got,
                                        failures=tuple(outcome.failures))

@@ -1,11 +1,17 @@
 """``verify(bundle, workspace)``: grade a patched app in the sandbox.
 
-What is graded is the workspace's *code*. Its data files are always replaced: by the shadow's
-(fresh identities the agent never saw, see :mod:`envcore.factory.shadow`) when the bundle has a
-draft to re-expand, else by the bundle's own. So neither editing ``data/seed.json`` (deleting the
-attacker) nor special-casing the tokens the agent could read earns anything. The probes are judged
-in this process; the app runs in a sandboxed worker (:mod:`envcore.sandbox`) and never sees them. Probes of a generated
-scenario are sent in a fresh random order each time, one request at a time.
+What is graded is the workspace's *code*. Its data files are always replaced: by a **shadow**'s
+(fresh identities drawn for this grading alone, see :mod:`envcore.verifier.shadow`) when the bundle
+declares identities, else by the bundle's own. So neither editing ``data/seed.json`` (deleting the
+attacker) nor special-casing the tokens, names or ids the agent could read earns anything, and
+nothing one grading reveals is of any use to the next. The probes are judged in this process; the
+app runs in sandboxed workers (:mod:`envcore.sandbox`), one per probe, and never sees them. Probes are
+sent in a fresh random order each time, one request at a time.
+
+Nothing produced under shadow data leaves this module: a shadow grading's report is written with the
+bundle's own probes and identities (what the agent knows), keeps only the status code of each
+answer and the grader's own reasons (never the app's words), and a load error under the shadow is
+reported from loading the app on the data the agent sees (or, if it loads there, without its text).
 
 Only infrastructure failures are reported as such (reward ``None``); everything the app does,
 including not loading, crashing or hanging, is graded as its behaviour.
@@ -14,47 +20,28 @@ including not loading, crashing or hanging, is graded as its behaviour.
 from __future__ import annotations
 
 import random
-import threading
-from collections import OrderedDict
+import re
 from pathlib import Path
 from typing import Literal, Mapping
 
-from envcore.factory.shadow import NoShadow, is_code, regrade_files, shadow_bundle
 from envcore.runner.base import AppSource, RunnerInfrastructureError
-from envcore.sandbox.pool import Sandbox
+from envcore.sandbox.pool import AppLoadFailure, Sandbox, WorkerGone
 from envcore.sandbox.runner import run_sandboxed
 from envcore.scenario.bundle import Bundle
-from envcore.verifier.report import ProbeResult, Tally, VerificationReport, probe_result, resolve, score, tally
-from envcore.scenario.probes import ProbeKind
+from envcore.scenario.probes import ProbeKind, ProbeOutcome
+from envcore.verifier.report import ProbeResult, Tally, VerificationReport, expected_steps, probe_result, resolve, score, tally
+from envcore.verifier.shadow import Substitution, draw_substitution, apply_substitution, is_code, regrade_files
 
-SHADOW_CACHE_SIZE = 256
 _random = random.SystemRandom()
-_shadows: "OrderedDict[str, Bundle | None]" = OrderedDict()
-_shadows_lock = threading.Lock()
 
-
-def shadow_for(bundle: Bundle) -> Bundle | None:
-    """The bundle's shadow (cached per scenario), or ``None`` if it cannot have one."""
-    key = bundle.scenario_id or bundle.content_hash()
-    with _shadows_lock:
-        if key in _shadows:
-            _shadows.move_to_end(key)
-            return _shadows[key]
-    try:
-        shadow: Bundle | None = shadow_bundle(bundle)
-    except NoShadow:
-        shadow = None
-    with _shadows_lock:
-        _shadows[key] = shadow
-        while len(_shadows) > SHADOW_CACHE_SIZE:
-            _shadows.popitem(last=False)
-    return shadow
+SHADOW_LOAD_ERROR = ("the app did not load with the data it is graded on (fresh users and records of the same shape "
+                     "as the ones it was given); its error is not shown, since it could reveal them")
 
 
 def graded_source(bundle: Bundle, files: Mapping[str, str], graded: Bundle) -> AppSource:
-    """The app as graded: the code of ``files`` with the data files of ``graded`` (the shadow or the
+    """The app as graded: the code of ``files`` with the data files of ``graded`` (a shadow or the
     bundle itself). ``graded_source(bundle, bundle.files, graded)`` is the trusted base a patch was
-    made from, whose template the sandbox forks workers from."""
+    made from, a template of which the sandbox may lend the run."""
     return AppSource(regrade_files({p: t for p, t in files.items() if is_code(p)}, graded), bundle.entrypoint)
 
 
@@ -70,19 +57,45 @@ def read_workspace(workspace: Mapping[str, str] | str | Path) -> dict[str, str]:
     return files
 
 
+class GradingData:
+    """The data one grading runs on: the bundle itself, or a shadow of it with its substitution.
+    Drawn once per grading (:func:`grading_data`); an episode may draw it early, so that the sandbox
+    can prepare the template its grading will use."""
+
+    def __init__(self, bundle: Bundle, substitution: Substitution | None = None) -> None:
+        self.bundle = bundle
+        self.substitution = substitution if substitution is not None and substitution.mapping else None
+        self.graded = apply_substitution(bundle, self.substitution) if self.substitution else bundle
+
+    @property
+    def shadow(self) -> bool:
+        return self.substitution is not None
+
+    def base(self) -> AppSource:
+        """The trusted app a patch is made from, with this grading's data."""
+        return graded_source(self.bundle, self.bundle.files, self.graded)
+
+
+def grading_data(bundle: Bundle, *, shadow: bool = True, rng: random.Random | None = None) -> GradingData:
+    """Fresh shadow data for one grading of ``bundle`` (its own data when it declares no identities,
+    or without ``shadow``)."""
+    return GradingData(bundle, draw_substitution(bundle, rng) if shadow else None)
+
+
 def verify(
     bundle: Bundle,
     workspace: Mapping[str, str] | str | Path,
     *,
     sandbox: Sandbox | None = None,
     probe_set: Literal["all", "visible"] = "all",
-    shadow: bool = True,
+    shadow: bool | GradingData = True,
 ) -> VerificationReport:
     """Grade ``workspace`` (the bundle's files as patched) against the bundle's probes.
 
-    ``probe_set="visible"`` runs only the probes the agent can see, with the original identities
-    (what an episode's ``run_tests`` tool reports); it has no resolution. With ``shadow`` (the default)
-    a full verification uses shadow identities whenever the bundle has a draft.
+    ``probe_set="visible"`` runs only the probes the agent can see, on the data it sees (what an
+    episode's ``run_tests`` tool reports); it has no resolution. A full verification runs on fresh
+    shadow data (``shadow=True``), on data drawn beforehand (a :class:`GradingData`), or on the
+    bundle's own (``shadow=False``).
     """
     scenario_id = bundle.scenario_id or bundle.content_hash()[:16]
     if sandbox is None:
@@ -95,32 +108,37 @@ def verify(
                                       reward=None, probe_set=probe_set, infrastructure_error=str(exc))
     files = read_workspace(workspace)
     sandbox.trust(bundle.files)
-    graded = bundle
-    if probe_set == "all" and shadow:
-        graded = shadow_for(bundle) or bundle
-    probes = bundle.visible_probes if probe_set == "visible" else graded.probes
-    order = list(probes)
-    if graded.spec is not None:
-        # A fresh, unpredictable order every time: an app cannot tell an exploit from legitimate use
-        # by its position (generated probes own their records, so order never decides an outcome).
-        _random.shuffle(order)
+    if isinstance(shadow, GradingData):
+        data = shadow
+    else:
+        data = grading_data(bundle, shadow=shadow and probe_set == "all")
+    graded = data.graded
+    probes = [p for p in graded.probes if p.visible] if probe_set == "visible" else list(graded.probes)
+    # A fresh, unpredictable order every time: an app cannot tell an exploit from legitimate use by
+    # its position (every probe runs on a freshly loaded app, so order never decides an outcome).
+    _random.shuffle(probes)
     tokens = {user.username: user.token for user in graded.users}
-    # The trusted app the patch was made from, with the same data: workers come from its template.
-    base = graded_source(bundle, bundle.files, graded)
     try:
-        run = run_sandboxed(sandbox, graded_source(bundle, files, graded), order, tokens, base=base)
+        run = run_sandboxed(sandbox, graded_source(bundle, files, graded), probes, tokens, base=data.base())
+        load_error = run.load_error
+        if load_error is not None and data.shadow:
+            load_error = _visible_load_error(sandbox, bundle, files)
     except RunnerInfrastructureError as exc:
         return VerificationReport(scenario_id=scenario_id, outcome="infrastructure_error", resolution=None,
-                                  reward=None, probe_set=probe_set, infrastructure_error=str(exc),
-                                  shadow=graded is not bundle)
+                                  reward=None, probe_set=probe_set, infrastructure_error=str(exc), shadow=data.shadow)
+    shown = [p for p in bundle.probes if p.visible] if probe_set == "visible" else list(bundle.probes)
     by_id = {o.probe_id: o for o in run.outcomes}
-    results: tuple[ProbeResult, ...] = tuple(probe_result(p, by_id.get(p.id)) for p in probes)
+    if data.substitution is None:
+        results = tuple(probe_result(p, by_id.get(p.id)) for p in shown)
+    else:
+        back = data.substitution.inverse()
+        results = tuple(_shadow_result(p, by_id.get(p.id), back) for p in shown)
     outcomes = list(run.outcomes)
     security, regression, trap = (tally(outcomes, k) for k in (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP))
     if not run.loaded:
         # Nothing ran: every probe counts as failed.
         security, regression, trap = (
-            Tally(passed=0, total=sum(p.kind == k for p in probes))
+            Tally(passed=0, total=sum(p.kind == k for p in shown))
             for k in (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP)
         )
     resolution = resolve(security, regression, trap) if probe_set == "all" else None
@@ -134,10 +152,52 @@ def verify(
         regression=regression,
         trap=trap,
         probes=results,
-        load_error=run.load_error,
-        shadow=graded is not bundle,
+        load_error=load_error,
+        shadow=data.shadow,
         containment=dict(run.containment or {}),
         restarts=run.restarts,
         elapsed_ms=run.elapsed_s * 1000,
         requests=run.requests,
     )
+
+
+def _visible_load_error(sandbox: Sandbox, bundle: Bundle, files: Mapping[str, str]) -> str:
+    """Why the patched app does not load, from loading it on the data the agent sees (its error
+    under the shadow could name shadow identities); if it loads there, a fixed sentence."""
+    try:
+        worker = sandbox.spawn(graded_source(bundle, files, bundle))
+        try:
+            worker.wait_ready(sandbox.limits.load_timeout_s)
+        finally:
+            worker.close()
+    except (AppLoadFailure, WorkerGone) as exc:
+        return str(exc)
+    return SHADOW_LOAD_ERROR
+
+
+_APP_WORDS = (
+    (re.compile(r"^(JSON .+?) is .*, expected (.*)$", re.S), r"\1 differs from the expected \2"),
+    (re.compile(r"^(header \S+) is .*, expected (.*)$", re.S), r"\1 differs from the expected \2"),
+    (re.compile(r"^redirects off-site to .*$", re.S), "redirects off-site"),
+    (re.compile(r"^no response \(.*\)$", re.S), "no response"),
+    (re.compile(r"^not answered in time: .*$", re.S), "not answered in time"),
+)
+
+
+def _grader_words(reason: str) -> str:
+    """A failure reason without what the app said (its JSON values, headers, redirect target, error)."""
+    for pattern, replacement in _APP_WORDS:
+        if pattern.match(reason):
+            return pattern.sub(replacement, reason)
+    return reason
+
+
+def _shadow_result(probe, outcome: ProbeOutcome | None, back: Substitution) -> ProbeResult:
+    """A shadow grading's result for ``probe`` (the bundle's own), in terms the agent knows."""
+    if outcome is None:
+        return probe_result(probe, None)
+    got = tuple(str(step.status) if step.status is not None else "no response" for step in outcome.steps)
+    failures = tuple(back.text(_grader_words(reason)) for reason in outcome.failures)
+    return ProbeResult.model_construct(probe_id=probe.id, kind=probe.kind, visible=probe.visible,
+                                       passed=outcome.passed, expected=expected_steps(probe), got=got,
+                                       failures=failures)
