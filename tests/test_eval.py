@@ -49,6 +49,7 @@ def test_summary_rates_groups_and_infrastructure_errors():
                record("s4", None, None)]
     summary = summarize(records, domains={"s1": "clinic", "s2": "clinic", "s3": "shop"})
     assert summary["episodes"] == 4 and summary["infrastructure_errors"] == 1
+    assert summary["infrastructure_error_rate"] == 0.25
     overall = summary["overall"]
     assert overall["episodes"] == 3
     assert overall["full_fix"]["mean"] == pytest.approx(1 / 3) and overall["partial"]["mean"] == pytest.approx(1 / 3)
@@ -57,6 +58,7 @@ def test_summary_rates_groups_and_infrastructure_errors():
     assert summary["by"]["tier"]["2"]["episodes"] == 2 and summary["by"]["domain"]["clinic"]["episodes"] == 2
     report = render_report(summary, title="t")
     assert "## By bug class" in report and "| tenant_leak | 1 |" in report and "33% [" in report
+    assert "infrastructure-error rate 25.0%, goal 0" in report
 
 
 def test_a_replayed_episode_counts_once_and_compare_pairs_on_common_scenarios():

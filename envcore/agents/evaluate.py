@@ -119,6 +119,7 @@ def summarize(records: Iterable[EpisodeRecord], *, domains: dict[str, str] | Non
         "agents": agents,
         "episodes": len(kept),
         "infrastructure_errors": len(kept) - len(rows),
+        "infrastructure_error_rate": round((len(kept) - len(rows)) / len(kept), 4) if kept else 0.0,
         "overall": _stats([m for _, m in rows], seed),
         "by": {name: {key: _stats(values, seed) for key, values in sorted(group.items())}
                for name, group in groups.items()},
@@ -146,8 +147,10 @@ def _table(rows: dict[str, dict[str, Any]], label: str) -> list[str]:
 
 def render_report(summary: dict[str, Any], *, title: str) -> str:
     """The summary as Markdown: overall, then by bug class, tier and domain (95% bootstrap intervals)."""
+    rate = summary.get("infrastructure_error_rate", 0.0)
     lines = [f"# {title}", "", f"Agent(s): {', '.join(summary['agents']) or 'none'}; {summary['episodes']} episodes"
-             f" ({summary['infrastructure_errors']} without a reward: infrastructure errors, not counted).",
+             f" ({summary['infrastructure_errors']} without a reward: infrastructure errors, not counted; "
+             f"infrastructure-error rate {rate:.1%}, goal 0).",
              "Each cell: mean [95% bootstrap interval]; steps: mean steps taken; invalid: share of steps that were "
              "invalid actions (format errors included).", ""]
     lines += _table({"all": summary["overall"]}, "")

@@ -13,7 +13,9 @@ exercised:
   must be at most 0.
 
 Counted as **errors**: anything the client raised (transport, protocol, timeouts), an episode
-without a reward (the verifier could not run) and a reward on the wrong side of its bound. The
+without a reward (the verifier could not run) and a reward on the wrong side of its bound. Episodes
+without a reward are also reported on their own as the **infrastructure-error rate** (goal 0): the
+sandbox failing, never an agent's doing. The
 server's resident memory is sampled every half second; the figure is its growth between the end
 of the first block of episodes (1,000 by default) and the end of the last, after the caches have
 filled (a leak grows without bound, a cache does not). The number of sandbox processes is reported
@@ -117,6 +119,8 @@ class LoadResult:
     errors: list[str]
     by_player: dict[str, int]
     blocks: list[dict[str, float]]
+    infrastructure_errors: int = 0
+    """Episodes that ended without a reward (the verifier could not run)."""
     """Per block of episodes: episodes/s, RSS at its end and its mean (MiB), sandbox processes at its end."""
 
     @property
@@ -128,8 +132,10 @@ class LoadResult:
 
 
 async def play(url: str, episodes: int, sessions: int, split: str | None, sampler: CurriculumSampler,
-               done: list[int], on_block: Any, block: int, seed0: int = 100_000) -> tuple[list[str], dict[str, int]]:
-    """Play ``episodes`` episodes over ``sessions`` concurrent sessions; (errors, episodes per player)."""
+               done: list[int], on_block: Any, block: int, seed0: int = 100_000,
+               no_reward: list[int] | None = None) -> tuple[list[str], dict[str, int]]:
+    """Play ``episodes`` episodes over ``sessions`` concurrent sessions; (errors, episodes per player).
+    ``no_reward[0]`` counts the episodes that ended without a reward."""
     from envcore.env.client import A01Env
 
     next_index = [0]
@@ -152,6 +158,8 @@ async def play(url: str, episodes: int, sessions: int, split: str | None, sample
                     for action in actions_for(player, bundle):
                         result = await env.step(action)
                         errors_seen += result.observation.error is not None and action["tool"] != "submit"
+                    if result.reward is None and no_reward is not None:
+                        no_reward[0] += 1
                     problem = judge(player, result.reward, errors_seen)
                     if problem:
                         said = f": {result.observation.error}" if result.observation.error else ""
@@ -187,7 +195,7 @@ def measure(cache_root: str, *, episodes: int, sessions: int, block: int, split:
     sampler = CurriculumSampler(cache)
     port = free_port()
     server = start_server(str(cache.root), port, sessions)
-    done = [0]
+    done, no_reward = [0], [0]
     memory = MemorySampler(server.pid, done).start()
     marks: list[tuple[int, float, tuple[int, int, int] | None]] = []
     started = time.perf_counter()
@@ -199,7 +207,7 @@ def measure(cache_root: str, *, episodes: int, sessions: int, block: int, split:
 
     try:
         errors, by_player = asyncio.run(play(f"http://127.0.0.1:{port}", episodes, sessions, split, sampler,
-                                             done, on_block, block))
+                                             done, on_block, block, no_reward=no_reward))
     finally:
         elapsed = time.perf_counter() - started
         memory.stop()
@@ -218,7 +226,8 @@ def measure(cache_root: str, *, episodes: int, sessions: int, block: int, split:
             "sandbox_processes": end[2],
         })
         previous_count, previous_time = count, at
-    return LoadResult(episodes=done[0], elapsed_s=elapsed, errors=errors, by_player=by_player, blocks=blocks)
+    return LoadResult(episodes=done[0], elapsed_s=elapsed, errors=errors, by_player=by_player, blocks=blocks,
+                      infrastructure_errors=no_reward[0])
 
 
 def run(cache_root: str, *, episodes: int, sessions: int, block: int, split: str | None) -> int:
@@ -237,6 +246,8 @@ def run(cache_root: str, *, episodes: int, sessions: int, block: int, split: str
     print(f"{result.episodes} episodes in {result.elapsed_s:.1f} s = {result.episodes / result.elapsed_s:.1f} episodes/s "
           f"over {sessions} sessions; {result.by_player}")
     print(f"errors: {len(result.errors)}")
+    rate = result.infrastructure_errors / result.episodes if result.episodes else 0.0
+    print(f"infrastructure-error rate: {result.infrastructure_errors}/{result.episodes} = {rate:.2%} (goal 0)")
     for message in result.errors[:10]:
         print(f"  {message}")
     if growth is not None:

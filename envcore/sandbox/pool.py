@@ -21,6 +21,7 @@ for other systems.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import queue
@@ -41,6 +42,7 @@ from typing import Any, Mapping, Sequence
 
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
+from envcore.filetree import tree_problem
 from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.sandbox.containment import can_leave_idle_priority
 from envcore.sandbox.limits import SandboxLimits
@@ -55,6 +57,11 @@ COMPILED_CACHE_SIZE = 4096
 SPARE_READY_TIMEOUT_S = 60.0
 SHM_MIN_FREE_BYTES = 2 << 30
 SPAWN_ATTEMPTS = 3
+OUR_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
+                              errno.EROFS, errno.EAGAIN})
+"""Errors writing an app's files that say something about the machine (a full disk, no memory, too
+many open files), not about the files: infrastructure errors. Any other (a name too long, a file
+where a folder must be) is the files' own fault."""
 """Workers :meth:`Sandbox.spawn` starts for one app before calling the sandbox broken."""
 TRUSTED_FILENAME = "<trusted>"
 """Placeholder file name of code compiled here; the worker gives it the file's real path."""
@@ -566,6 +573,9 @@ class Sandbox:
         sandbox is failing, which is an infrastructure error."""
         if self._closed:
             raise RunnerInfrastructureError("the sandbox is closed")
+        problem = tree_problem(source.files)
+        if problem is not None:  # no folder can hold these files: the patch's fault, before anything is written
+            raise AppLoadFailure(f"the app's files cannot be written: {problem}")
         for _attempt in range(SPAWN_ATTEMPTS):
             try:
                 if template is not None and template.alive:
@@ -601,9 +611,11 @@ class Sandbox:
         except AppLoadError as exc:  # a path that climbs out of the app: the patch's fault
             worker.close()
             raise AppLoadFailure(str(exc)) from None
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:
             worker.close()
-            raise RunnerInfrastructureError(f"cannot write the app's files: {exc}") from exc
+            if isinstance(exc, OSError) and exc.errno in OUR_WRITE_ERRORS:  # the disk or the system, not the files
+                raise RunnerInfrastructureError(f"cannot write the app's files: {exc}") from exc
+            raise AppLoadFailure(f"the app's files cannot be written: {exc}") from None
         try:
             send_frame(worker.sock, *self.load_message(source))
         except OSError:
