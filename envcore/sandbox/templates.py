@@ -33,7 +33,6 @@ import itertools
 import os
 import shutil
 import socket
-import stat
 import tempfile
 import threading
 import time

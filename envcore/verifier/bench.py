@@ -1,17 +1,20 @@
-"""Figures for ``python -m envcore bench verify``: the sandboxed verifier against its baselines.
+"""Figures for ``python -m envcore bench verify``: the isolated verifier against its baselines.
 
 Every figure comes from one run over the same bundles (from the shipped cache, each patched with
-its reference fix, so every verification is a full pass over all probes):
+its reference fix, so every verification is a full pass over all probes), each verification on
+shadow data drawn for it alone, every probe on the app exactly as loaded:
 
-* **sandbox, template ready**: :func:`envcore.verifier.verify`, the whole call (shadow identities,
-  file swap, worker, probes, grading), each scenario's verifications in a row with its template
-  built beforehand (:mod:`envcore.sandbox.templates`), as for a GRPO group whose episodes prepared
-  the template at reset;
-* **sandbox, fresh load**: the same call with templates disabled, every worker importing the whole
-  app: a scenario's first verification when nothing prepared it, or a patch that is more than a
-  change of function bodies;
-* **in-process**: the same probes against the same files imported into this process, with no
-  isolation at all: the floor set by FastAPI's own work, for scale;
+* **sandbox** (the isolation grading uses): :func:`envcore.verifier.verify`, the whole call (a fresh
+  shadow, a template lent to the run and built for it, one contained worker per probe, grading);
+  reference fixes that are more than body changes load afresh in every worker, and the two kinds
+  are also reported apart;
+* **sandbox, templates off**: every probe's worker imports the whole app;
+* **in-process floor, same isolation**: the same probes on the same shadow data, the app imported
+  once into this process and forked once per probe (:class:`~envcore.runner.inprocess.InProcessRunner`,
+  one batch per probe): the same per-probe pristine state with no sandbox at all, the floor the
+  sandbox is held to;
+* **in-process, no isolation**: every probe on one shared app in this process, for scale (what
+  grading cost before probes were isolated, and what it would cost if apps could remember);
 * **naive**: pytest with Starlette's ``TestClient`` in a fresh subprocess per verification, what a
   SWE-bench-style harness does (:mod:`envcore.runner.pytest_subprocess`);
 * a **live worker**: one request's round trip, and the memory each live worker adds (USS);
@@ -29,14 +32,17 @@ from typing import Callable
 
 from envcore.cache import ScenarioCache
 from envcore.patching import apply_patch
-from envcore.runner.base import AppSource
+from envcore.runner.base import AppSource, Batch
 from envcore.runner.execute import plan_requests
 from envcore.runner.inprocess import InProcessRunner
 from envcore.runner.pytest_subprocess import PytestSubprocessRunner
 from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
 from envcore.scenario.bundle import Bundle
-from envcore.verifier.verify import graded_source, shadow_for, verify
+from envcore.verifier.verify import grading_data, graded_source, verify
+
+ISOLATION = ("every probe in a worker of its own, forked from a trusted process (the template lent to the run, "
+             "or the zygote) and stopped after the probe; shadow data drawn for every grading")
 
 
 @dataclass
@@ -53,6 +59,8 @@ class Distribution:
         return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
     def line(self) -> str:
+        if not self.samples_ms:
+            return "none measured"
         return f"p50 {self.p50:.1f} ms, p95 {self.p95:.1f} ms (n={len(self.samples_ms)})"
 
 
@@ -76,38 +84,52 @@ def patched_bundles(cache: ScenarioCache, n: int) -> list[tuple[Bundle, dict[str
     return chosen
 
 
-def _graded_source(bundle: Bundle, files: dict[str, str]) -> tuple[AppSource, Bundle]:
-    shadow = shadow_for(bundle) or bundle
-    return graded_source(bundle, files, shadow), shadow
+@dataclass
+class SandboxFigures:
+    all: Distribution = field(default_factory=Distribution)
+    swapped: Distribution = field(default_factory=Distribution)
+    """Verifications whose workers came from the run's template (the patch was swapped in)."""
+    afresh: Distribution = field(default_factory=Distribution)
+    """Verifications whose workers each imported the whole app (a patch beyond body changes)."""
+    resolutions: dict[str, int] = field(default_factory=dict)
 
 
-def measure_sandbox(sandbox: Sandbox, items, rounds: int, on_result: Callable[[str], None], *,
-                    grouped: bool = False) -> Distribution:
-    """``rounds`` verifications of each scenario: in turn (an evaluation loop), or with ``grouped``
-    one scenario's in a row after building its template untimed (a GRPO group after the episode's
-    reset prepared the template)."""
-    dist = Distribution()
-    order = [(b, f) for b, f in items for _ in range(rounds)] if grouped else [x for _ in range(rounds) for x in items]
-    for bundle, files in order:
-        if grouped:
-            sandbox.templates.get(_graded_source(bundle, bundle.files)[0])  # built before the clock starts
-        started = time.perf_counter()
-        report = verify(bundle, files, sandbox=sandbox)
-        dist.samples_ms.append((time.perf_counter() - started) * 1000)
-        on_result(report.resolution.value if report.resolution else report.outcome)
-    return dist
+def measure_sandbox(sandbox: Sandbox, items, rounds: int) -> SandboxFigures:
+    """``rounds`` verifications of every scenario, in turn (an evaluation loop)."""
+    figures = SandboxFigures()
+    for _ in range(rounds):
+        for bundle, files in items:
+            swapped_before = sandbox.stats["swapped"]
+            started = time.perf_counter()
+            report = verify(bundle, files, sandbox=sandbox)
+            elapsed = (time.perf_counter() - started) * 1000
+            figures.all.samples_ms.append(elapsed)
+            (figures.swapped if sandbox.stats["swapped"] > swapped_before else figures.afresh).samples_ms.append(elapsed)
+            key = report.resolution.value if report.resolution else report.outcome
+            figures.resolutions[key] = figures.resolutions.get(key, 0) + 1
+    return figures
 
 
-def measure_inprocess(items, rounds: int) -> Distribution:
+def measure_inprocess(items, rounds: int, *, isolated: bool) -> Distribution:
+    """The same probes on fresh shadow data in this process: with ``isolated`` the app is imported
+    once and forked once per probe (the floor with the sandbox's isolation); without, every probe
+    runs on one shared app."""
     dist = Distribution()
     with InProcessRunner() as runner:
         for _ in range(rounds):
             for bundle, files in items:
-                source, shadow = _graded_source(bundle, files)
-                tokens = {u.username: u.token for u in shadow.users}
                 started = time.perf_counter()
-                runner.run(source, shadow.probes, tokens)
+                data = grading_data(bundle)
+                source = graded_source(bundle, files, data.graded)
+                tokens = {u.username: u.token for u in data.graded.users}
+                if isolated:
+                    reports = runner.run_batches(source, [Batch((probe,)) for probe in data.graded.probes], tokens)
+                    passed = all(o.passed for r in reports for o in r.outcomes)
+                else:
+                    passed = all(o.passed for o in runner.run(source, data.graded.probes, tokens).outcomes)
                 dist.samples_ms.append((time.perf_counter() - started) * 1000)
+                if not passed:
+                    raise RuntimeError(f"the in-process baseline disagrees on {bundle.scenario_id}")
     return dist
 
 
@@ -115,10 +137,11 @@ def measure_naive(items) -> Distribution:
     dist = Distribution()
     with PytestSubprocessRunner() as runner:
         for bundle, files in items:
-            source, shadow = _graded_source(bundle, files)
-            tokens = {u.username: u.token for u in shadow.users}
+            data = grading_data(bundle)
+            source = graded_source(bundle, files, data.graded)
+            tokens = {u.username: u.token for u in data.graded.users}
             started = time.perf_counter()
-            report = runner.run(source, shadow.probes, tokens)
+            report = runner.run(source, data.graded.probes, tokens)
             dist.samples_ms.append((time.perf_counter() - started) * 1000)
             if not report.loaded or not all(o.passed for o in report.outcomes):
                 raise RuntimeError(f"naive baseline disagrees on {bundle.scenario_id}: {report.load_error}")
@@ -167,3 +190,12 @@ def measure_throughput(sandbox: Sandbox, items, seconds: float, threads: int) ->
 
 def default_threads() -> int:
     return max(2, os.cpu_count() or 2)
+
+
+def warm(sandbox: Sandbox, items, on_result: Callable[[str], None] | None = None) -> None:
+    """First contact: the zygote, spares and caches, untimed."""
+    sandbox.ping()
+    for bundle, files in items[:3]:
+        report = verify(bundle, files, sandbox=sandbox)
+        if on_result:
+            on_result(report.outcome)
