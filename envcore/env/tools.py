@@ -11,6 +11,7 @@ wrapper and the UI's buttons. Adding a tool is one model plus one handler in
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Annotated, Any, Callable
 
 from envcore.env.actions import TOOL_MODELS, _Tool
@@ -41,11 +42,20 @@ def arguments(name: str) -> list[inspect.Parameter]:
 
 def tool_function(name: str, call: Call) -> Callable[..., dict[str, Any]]:
     """A plain function with the tool's name, docstring and signature that forwards to ``call`` (how
-    FastMCP, and function-calling frameworks generally, learn a tool's schema)."""
+    FastMCP, and function-calling frameworks generally, learn a tool's schema).
+
+    A bound method ``call`` (an environment's) is held weakly: FastMCP caches what it builds from
+    each tool function for the life of the process (up to 5,000 of them), and a strong reference
+    would keep every closed session's environment, with its last episode's files and history, alive
+    in that cache."""
     params = arguments(name)
+    target = weakref.WeakMethod(call) if inspect.ismethod(call) else (lambda: call)
 
     def tool(**kwargs: Any) -> dict[str, Any]:
-        return call(name, kwargs)
+        forward = target()
+        if forward is None:
+            raise RuntimeError("this session is closed")
+        return forward(name, kwargs)
 
     tool.__name__ = tool.__qualname__ = name
     tool.__doc__ = describe(name)
