@@ -187,8 +187,24 @@ def contain(
 
 
 def can_leave_idle_priority() -> bool:
-    """Whether a worker may use ``SCHED_IDLE`` while it prepares (it must be able to leave it)."""
-    return hasattr(os, "SCHED_IDLE") and os.geteuid() == 0
+    """Whether a worker may use ``SCHED_IDLE`` while it prepares: leaving it again needs
+    ``CAP_SYS_NICE`` (a root without that capability, as in a default container, cannot)."""
+    return hasattr(os, "SCHED_IDLE") and has_capability(CAP_SYS_NICE)
+
+
+CAP_SYS_NICE = 23
+
+
+def has_capability(number: int) -> bool:
+    """Whether this process holds capability ``number`` in its effective set (from ``/proc``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> number & 1)
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def freeze_workspace(workspace: str, read_roots: list[str]) -> bool:

@@ -1,0 +1,86 @@
+"""The attack batteries again, with the grader unprivileged, as the Space's container runs it (uid 1000).
+
+A grader that is root with every capability hides a class of holes: its override powers mask what
+its workers, running as the same user, could do to the files that user owns. So when the suite runs
+as root, this module runs the sandbox attack modules once more in a child process that has given up
+its privileges:
+
+* as another, unprivileged user (``nobody``) when that user can read the interpreter, the virtual
+  environment and the checkout; otherwise
+* as root **without any capability** (``setpriv --bounding-set=-all``): a user that owns the grader's
+  files, the interpreter and the workers' folders, but may not override permissions, change limits,
+  renice, or leave ``SCHED_IDLE``. That is the situation of uid 1000 in the Dockerfile, with more
+  to defend: a capability-less root owns the Python installation too.
+
+When the suite already runs unprivileged, the modules ran in this mode with the rest of the suite and
+there is nothing more to do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from envcore.sandbox import supported_platform
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = ("tests/test_sandbox_attacks.py", "tests/test_sandbox_isolation.py", "tests/test_fault_attribution.py",
+           "tests/test_hidden_stays_hidden.py")
+NOBODY = 65534
+
+pytestmark = [
+    pytest.mark.skipif(supported_platform() is not None, reason="the sandbox is Linux only"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="already unprivileged: the attack modules ran in this mode"),
+    pytest.mark.skipif(shutil.which("setpriv") is None, reason="util-linux's setpriv is needed to drop privileges"),
+]
+
+
+def _as_nobody() -> list[str]:
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs"]
+
+
+def _capless_root() -> list[str]:
+    return ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+
+
+def _identity(home: Path) -> tuple[str, list[str]]:
+    """The least privileged identity that can run the suite here, and the command prefix for it."""
+    probe = subprocess.run([*_as_nobody(), sys.executable, "-c", "import envcore.sandbox, pytest"],
+                           cwd=ROOT, capture_output=True, env={"PATH": os.environ.get("PATH", ""), "HOME": str(home)})
+    if probe.returncode == 0:
+        return "another user (nobody), no capabilities", _as_nobody()
+    return "root without any capability", _capless_root()
+
+
+@pytest.fixture
+def home():
+    """A folder any user can write (pytest's own temporary folders are private to their owner)."""
+    path = Path(tempfile.mkdtemp(prefix="a01-unprivileged-"))
+    os.chmod(path, 0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_sandbox_attacks_hold_when_the_grader_is_unprivileged(home):
+    mode, prefix = _identity(home)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "COV_"))}
+    env.update({"HOME": str(home), "TMPDIR": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
+                "HYPOTHESIS_STORAGE_DIRECTORY": str(home / ".hypothesis")})
+    command = [*prefix, sys.executable, "-m", "pytest", *MODULES, "-q", "-p", "no:cacheprovider",
+               "-p", "no:randomly", "--no-header", "-x"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    status = subprocess.run([*prefix, sys.executable, "-c",
+                             "from envcore.sandbox.containment import has_capability; import os; "
+                             "print(os.geteuid(), any(has_capability(n) for n in range(41)))"],
+                            cwd=ROOT, env=env, capture_output=True, text=True)
+    assert status.stdout.split()[1] == "False", f"the child kept a capability: {status.stdout} {status.stderr}"
+    assert done.returncode == 0, f"as {mode}:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    assert " passed" in done.stdout and " failed" not in done.stdout, done.stdout[-2000:]
+    print(f"attack modules passed as {mode}: {done.stdout.strip().splitlines()[-1]}")
