@@ -94,6 +94,21 @@ def make_diff(old: Mapping[str, str], new: Mapping[str, str], context: int = 3) 
     return "".join(out)
 
 
+def clip_diff(diff: str, limit: int) -> str:
+    """``diff`` if it has at most ``limit`` characters, else its first whole files (or, if the first
+    file alone is longer, its first whole lines) and a last line saying how much was left out,
+    ``limit`` characters in all. What is kept still parses: the note is commentary between files,
+    which :func:`parse_patch` skips (a file cut inside a hunk is reported as truncated)."""
+    if len(diff) <= limit:
+        return diff
+    note = f"[the diff is {len(diff):,} characters; the rest, from here, is left out]\n"
+    room = max(limit - len(note), 0)
+    cut = diff.rfind("\ndiff --git ", 0, room)
+    if cut <= 0:
+        cut = diff.rfind("\n", 0, room)
+    return diff[:cut + 1] + note if cut > 0 else note
+
+
 def _strip_prefix(name: str) -> str | None:
     name = name.split("\t", 1)[0].strip()
     if name == DEV_NULL:

@@ -27,7 +27,10 @@ from pydantic_core import PydanticCustomError
 
 from envcore.scenario.probes import HTTP_METHODS
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 LIMITS = {
+    # what an action may carry (refused by validation, before anything runs)
     "path_chars": 512,
     "request_path_chars": 2048,
     "headers": 32,
@@ -39,8 +42,54 @@ LIMITS = {
     "search_results": 200,
     "read_lines": 2000,
     "reply_chars": 200_000,
+    # what an observation may carry (cut, with a marker that says so)
+    "observation_chars": 50_000,
+    "line_chars": 2_000,
+    "error_chars": 2_000,
+    "response_header_chars": 1_000,
+    # what an episode-log record may carry (cut, with a marker; the record itself is always written)
+    "log_field_chars": 8_000,
+    "log_list_items": 64,
+    "log_record_bytes": 4 * 1024 * 1024,
 }
-"""Documented bounds on action arguments (see ``docs/environment.md``)."""
+"""Documented bounds (see ``docs/environment.md``, Limits). Action arguments over theirs are refused
+before anything runs. An observation's ``text`` and each text in its ``result`` are at most
+``observation_chars`` (a line of ``read_file`` at most ``line_chars``, an ``error`` at most
+``error_chars``, a response header at most ``response_header_chars``), cut with a marker that says
+how much was left out. Each text of a logged step is at most ``log_field_chars`` and each list at
+most ``log_list_items`` long; a whole record at most ``log_record_bytes`` (see
+:mod:`envcore.env.episode_log`). The limits on an app's files (names, sizes, counts) are
+:mod:`envcore.filetree`'s."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start and a marker saying how many
+    characters were left out, ``limit`` characters in all (never less than the marker)."""
+    if len(text) <= limit:
+        return text
+    marker = f" ...[{len(text):,} characters; cut]"
+    return text[:max(limit - len(marker), 0)] + marker
+
+
+def bounded(value: Any, chars: int, items: int | None = None, depth: int = 32) -> Any:
+    """A copy of the JSON-like ``value`` in which every text is :func:`clip`-ped to ``chars``, has no
+    lone surrogate (each becomes U+FFFD, so it can be encoded), every list keeps at most ``items``
+    entries (a list of texts ends with a marker text saying how many were left out) and nesting
+    deeper than ``depth`` becomes a marker text. Values already within bounds are returned as they are."""
+    if isinstance(value, str):
+        value = clip(value, chars)
+        return _SURROGATE.sub("\ufffd", value) if not value.isascii() and _SURROGATE.search(value) else value
+    if isinstance(value, (dict, list, tuple)) and depth <= 0:
+        return "...[nested too deep; cut]"
+    if isinstance(value, dict):
+        return {bounded(str(key), chars, items, depth - 1): bounded(item, chars, items, depth - 1)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        kept = [bounded(item, chars, items, depth - 1) for item in value[:items]]
+        if items is not None and len(value) > items and all(isinstance(v, str) for v in value):
+            kept[-1:] = [f"...[{len(value):,} entries; {len(value) - len(kept) + 1:,} cut]"]
+        return kept
+    return value
 
 
 def _refuse(reason: str) -> PydanticCustomError:
@@ -208,9 +257,6 @@ class A01Action(RootModel[ToolAction]):  # type: ignore[valid-type]
             return _scrub(data)
         except RecursionError:  # absurdly deep data: validate it as it is
             return data
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _scrub(value: Any) -> Any:

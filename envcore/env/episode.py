@@ -16,7 +16,15 @@ action and returns an :class:`~envcore.env.actions.A01Observation`:
   submit, and even then the observation reports them only as counts, so a scenario's hidden suite
   never leaks to an agent that plays it again;
 * an infrastructure failure (the sandbox, not the agent) at submit ends the episode with reward
-  ``None`` and says so.
+  ``None`` and says so; nothing else does: whatever the agent's files hold (any character Python
+  source may contain), submit ends the episode with a reward;
+* a patch (``apply_patch``, ``edit_file``) whose files could never be written as an app folder (see
+  :mod:`envcore.filetree`: a name the filesystem refuses, a path that is a file and a folder at once,
+  a data file of the app in the way, a workspace too large to send to a worker) is refused as an
+  invalid action with the reason, and nothing changes;
+* every observation is bounded (``LIMITS`` in :mod:`envcore.env.actions`): a long line, a long
+  search, a large response, test output or diff is cut with a marker that says so, and an error
+  that echoes the agent's input is cut too; the step's log entry is bounded the same way.
 
 The episode does not know about OpenEnv or the server: :mod:`envcore.env.environment` wraps it.
 """
@@ -32,6 +40,7 @@ from urllib.parse import parse_qsl
 import regex
 from pydantic import ValidationError
 
+from envcore import filetree
 from envcore.env import render
 from envcore.env.actions import (
     A01Observation,
@@ -49,12 +58,15 @@ from envcore.env.actions import (
     Submit,
     ViewDiff,
     _Tool,
+    bounded,
+    clip,
     parse_action,
 )
-from envcore.env.episode_log import StepEntry
+from envcore.env.episode_log import StepEntry, step_entry
 from envcore.env.reply import FORMAT_ERROR, parse_action_text
 from envcore.env.reward import RewardBreakdown, RewardInputs, compute_reward
-from envcore.patching import PatchError, apply_patch, changed_lines, make_diff
+from envcore.verifier.shadow import is_code
+from envcore.patching import PatchError, apply_patch, changed_lines, clip_diff, line_count, make_diff, split_lines
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.http import HttpRequest
 from envcore.runner.inprocess import AppLoadError, safe_relpath
@@ -62,13 +74,15 @@ from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
 from envcore.scenario.bundle import Bundle
 from envcore.verifier.report import VerificationReport
-from envcore.verifier.verify import graded_source, shadow_for, verify
+from envcore.verifier.verify import graded_source, verify
 
 DEFAULT_MAX_STEPS = 30
 SEARCH_TIMEOUT_S = 0.25
 """Wall-clock bound on one regular-expression search (a pathological pattern cannot stall a session)."""
 BODY_CHARS = 4000
 """Response body characters shown to the agent."""
+MATCH_CHARS = 300
+"""Characters of a matching line that ``search_code`` shows."""
 
 
 class ActionError(Exception):
@@ -102,12 +116,16 @@ class Episode:
         self.ended_at: float | None = None
         self.verify_ms = 0.0
         self._tokens = {u.username: u.token for u in self.bundle.users}
-        # The trusted app the agent's patches are made from, with the data the agent sees: the live
-        # app and run_tests fork their workers from its template, built in the background now.
+        # The trusted app the agent's patches are made from, with the data the agent sees: a test run
+        # forks its workers from a template of it, the first one built in the background now.
         self.base = graded_source(self.bundle, self.bundle.files, self.bundle)
         self.sandbox.prepare(self.base)
         self._live: LiveApp | None = None
-        self._shadow_prepared = False
+        self._diff: str | None = None
+        """The current diff, made once per patch (``None``: not made since the last one)."""
+        self._data_files = {p: t for p, t in self.original.items() if not is_code(p)}
+        """The app's data files as shipped: the sandbox writes them (or the shadow's) next to the
+        agent's code whenever the app runs, so the code's paths must leave room for them."""
 
     # ----- the observation after reset ---------------------------------------------------------
     def first_observation(self) -> A01Observation:
@@ -151,10 +169,9 @@ class Episode:
         if not self.done and self.steps >= self.max_steps:
             self.budget_exhausted = True
             observation = self._submit(note=f"The step budget ({self.max_steps}) is used up: the app as it is now was submitted.")
-        # model_construct: every value here is built by the episode itself (validated once, when read back).
-        self.records.append(StepEntry.model_construct(
-            step=self.steps, action=raw if isinstance(raw, dict) else {"raw": str(raw)[:1000]},
-            observation=observation.model_dump(mode="json"), elapsed_ms=round((time.perf_counter() - started) * 1000, 3)))
+        self.records.append(step_entry(self.steps, raw if isinstance(raw, dict) else {"raw": str(raw)},
+                                       observation.model_dump(mode="json"),
+                                       round((time.perf_counter() - started) * 1000, 3)))
         return observation
 
     def _dispatch(self, action: _Tool) -> A01Observation:
@@ -185,12 +202,13 @@ class Episode:
         return next((p for p in sorted(self.files) if p.endswith(".py")), "app/main.py")
 
     def _list_files(self, action: ListFiles) -> A01Observation:
-        listing = [{"path": p, "lines": len(self.files[p].splitlines())} for p in sorted(self.files)]  # as read_file counts
+        # lines as read_file and diffs count them
+        listing = [{"path": p, "lines": line_count(self.files[p])} for p in sorted(self.files)]
         return self._observe("list_files", {"files": listing}, text=render.file_list(listing))
 
     def _read_file(self, action: ReadFile) -> A01Observation:
         path = self._path(action.path)
-        lines = self.files[path].splitlines()
+        lines = split_lines(self.files[path], keepends=False)  # numbered as hunk headers number them
         start = action.start_line or 1
         end = action.end_line or len(lines)
         if end < start:
@@ -198,8 +216,17 @@ class Episode:
         if lines and start > len(lines):
             raise ActionError(f"{path} has {len(lines)} lines; start_line {start} is past the end")
         end = min(end, len(lines), start + LIMITS["read_lines"] - 1)
-        chosen = lines[start - 1:end]
-        result = {"path": path, "start_line": start, "end_line": end, "total_lines": len(lines), "content": "\n".join(chosen)}
+        chosen: list[str] = []
+        room = LIMITS["observation_chars"] - 200  # the header and the note
+        for line in lines[start - 1:end]:
+            shown = clip(line, LIMITS["line_chars"])
+            room -= len(shown) + 7  # the number in front of it
+            if room < 0 and chosen:
+                break
+            chosen.append(shown)
+        end = start + len(chosen) - 1 if chosen else end
+        result = {"path": path, "start_line": start, "end_line": end, "total_lines": len(lines),
+                  "content": "\n".join(chosen)}
         return self._observe("read_file", result, text=render.file_view(path, start, chosen, len(lines)))
 
     def _search_code(self, action: SearchCode) -> A01Observation:
@@ -210,10 +237,11 @@ class Episode:
         deadline = time.monotonic() + SEARCH_TIMEOUT_S
         matches = []
         truncated = False
+        room = LIMITS["observation_chars"] - 200
         for path in sorted(self.files):
             if action.path_prefix and not path.startswith(action.path_prefix):
                 continue
-            for number, line in enumerate(self.files[path].splitlines(), 1):
+            for number, line in enumerate(split_lines(self.files[path], keepends=False), 1):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ActionError(f"the search took longer than {SEARCH_TIMEOUT_S:g} s; use a simpler pattern")
@@ -222,10 +250,12 @@ class Episode:
                 except TimeoutError:
                     raise ActionError(f"the search took longer than {SEARCH_TIMEOUT_S:g} s; use a simpler pattern") from None
                 if found:
-                    if len(matches) >= action.max_results:
+                    text = clip(line, MATCH_CHARS)
+                    room -= len(path) + len(text) + 50  # with its line number and JSON keys
+                    if len(matches) >= action.max_results or room < 0:
                         truncated = True
                         break
-                    matches.append({"path": path, "line": number, "text": line[:300]})
+                    matches.append({"path": path, "line": number, "text": text})
             if truncated:
                 break
         return self._observe("search_code", {"matches": matches, "truncated": truncated},
@@ -234,7 +264,7 @@ class Episode:
     # ----- request ------------------------------------------------------------------------------
     def live(self) -> LiveApp:
         if self._live is None:
-            self._live = LiveApp(self.sandbox, AppSource(dict(self.files), self.bundle.entrypoint), self.base)
+            self._live = LiveApp(self.sandbox, AppSource(dict(self.files), self.bundle.entrypoint))
         return self._live
 
     def _http_request(self, action: HttpRequestTool) -> A01Observation:
@@ -257,34 +287,45 @@ class Episode:
         except RunnerInfrastructureError as exc:
             return self._observe("http_request", None, error=f"the app runner is unavailable (not your fault; try again): {exc}")
         body = response.body.decode("utf-8", "replace")
+        headers = dict(list(dict(response.headers).items())[:LIMITS["headers"]])
         result = {
             "status": response.status,
-            "headers": dict(response.headers),
+            "headers": {clip(str(k), LIMITS["response_header_chars"]): clip(str(v), LIMITS["response_header_chars"])
+                        for k, v in headers.items()},
             "body": body[:BODY_CHARS],
             "body_truncated": len(body) > BODY_CHARS or response.truncated,
-            "error": response.error,
-            "note": response.note,
+            "error": clip(response.error, LIMITS["error_chars"]) if response.error else response.error,
+            "note": clip(response.note, LIMITS["error_chars"]) if response.note else response.note,
         }
         return self._observe("http_request", result, text=render.http_response(action, result))
 
     # ----- patch --------------------------------------------------------------------------------
+    def _tree_problem(self, files: dict[str, str]) -> str | None:
+        """Why ``files`` can never run as this app (see :mod:`envcore.filetree`), or ``None``. The
+        app runs with the agent's files as they are (the live app) and with its code next to the
+        shipped data files (tests and grading), so both trees must be writable."""
+        problem = filetree.tree_problem(files)
+        if problem is not None:
+            return problem
+        graded = {p: t for p, t in files.items() if is_code(p)}
+        graded.update(self._data_files)
+        problem = filetree.tree_problem(graded)
+        if problem is not None:
+            return (f"{problem} (the app's data files, {', '.join(sorted(self._data_files))}, are put back "
+                    "whenever the app is tested or graded)")
+        return None
+
     def _set_files(self, files: dict[str, str]) -> None:
-        for path in files:
-            try:
-                safe_relpath(path)
-            except AppLoadError as exc:
-                raise ActionError(str(exc)) from None
+        """Make ``files`` the app's files, or raise :class:`ActionError` (and change nothing) if they
+        could never be written as one app folder."""
+        problem = self._tree_problem(files)
+        if problem is not None:
+            raise ActionError(f"the patch is refused, nothing changed: {problem}")
         self.files = files
+        self._diff = None
         self.phase = "patched"
         if self._live is not None:
             self._live.update(AppSource(dict(files), self.bundle.entrypoint))
-        if not self._shadow_prepared:
-            # Submit grades with shadow identities: announce that base once per episode (its
-            # template is built when several episodes of this scenario want it, see Sandbox.prepare).
-            self._shadow_prepared = True
-            shadow = shadow_for(self.bundle)
-            if shadow is not None:
-                self.sandbox.prepare(graded_source(self.bundle, self.bundle.files, shadow))
 
     def _apply_patch(self, action: ApplyPatch) -> A01Observation:
         try:
@@ -308,26 +349,40 @@ class Episode:
         return self._observe("edit_file", {"changed_files": [path]}, text=render.patched([path]))
 
     def diff(self) -> str:
-        return make_diff(self.original, self.files)
+        """The whole diff of the app's files against the original (made once per patch)."""
+        if self._diff is None:
+            self._diff = make_diff(self.original, self.files)
+        return self._diff
 
     def _view_diff(self, action: ViewDiff) -> A01Observation:
-        diff = self.diff()
+        diff = clip_diff(self.diff(), LIMITS["observation_chars"] - 200)
         return self._observe("view_diff", {"diff": diff}, text=diff or "No changes yet.")
 
     # ----- tests and submit ---------------------------------------------------------------------
+    def _verify(self, probe_set: Literal["all", "visible"]) -> VerificationReport:
+        """The verifier's report on the app as it is; an infrastructure failure it raises (rather
+        than reports) is reported the same way: not the agent's fault, no reward."""
+        try:
+            return self.verifier(self.bundle, self.files, sandbox=self.sandbox, probe_set=probe_set)
+        except RunnerInfrastructureError as exc:
+            return VerificationReport(scenario_id=self.bundle.scenario_id, outcome="infrastructure_error",
+                                      resolution=None, reward=None, probe_set=probe_set,
+                                      infrastructure_error=str(exc) or type(exc).__name__)
+
     def _run_tests(self, action: RunTests) -> A01Observation:
-        report = self.verifier(self.bundle, self.files, sandbox=self.sandbox, probe_set="visible")
+        report = self._verify("visible")
         if report.outcome == "infrastructure_error":
             return self._observe("run_tests", None, error=f"the test runner is unavailable (not your fault; try again): "
                                                            f"{report.infrastructure_error}")
-        probes = [p.model_dump(mode="json") for p in report.probes if p.visible]
-        result = {"loaded": report.outcome == "graded", "load_error": report.load_error,
+        # what the app answered is the agent's code talking: each text of it is cut to a line
+        probes = [bounded(p.model_dump(mode="json"), LIMITS["line_chars"]) for p in report.probes if p.visible]
+        result = {"loaded": report.outcome == "graded", "load_error": _error_text(report.load_error),
                   "passed": sum(p["passed"] for p in probes), "total": len(probes), "probes": probes}
         return self._observe("run_tests", result, text=render.test_results(result))
 
     def _submit(self, note: str | None = None) -> A01Observation:
         started = time.perf_counter()
-        report = self.verifier(self.bundle, self.files, sandbox=self.sandbox)
+        report = self._verify("all")
         self.verify_ms = (time.perf_counter() - started) * 1000
         diff = self.diff()
         reference = changed_lines(self.bundle.reference_fix)[1] if self.bundle.reference_fix else 0
@@ -345,8 +400,8 @@ class Episode:
             "outcome": report.outcome,
             "resolution": report.resolution.value if report.resolution else None,
             "security": report.security.model_dump(), "regression": report.regression.model_dump(),
-            "trap": report.trap.model_dump(), "load_error": report.load_error,
-            "infrastructure_error": report.infrastructure_error,
+            "trap": report.trap.model_dump(), "load_error": _error_text(report.load_error),
+            "infrastructure_error": _error_text(report.infrastructure_error),
         }
         error = None
         if report.outcome == "infrastructure_error":
@@ -358,8 +413,12 @@ class Episode:
     def _observe(self, tool: str | None, result: dict[str, Any] | None, *, error: str | None = None,
                  text: str | None = None, reward: float | None = None,
                  breakdown: dict[str, Any] | None = None) -> A01Observation:
+        # Every text is bounded and encodable, whatever the agent's input or its app's output held.
+        error = bounded(error, LIMITS["error_chars"]) if error is not None else None
         if text is None or error is not None and result is None:
             text = f"Error: {error}" if error else (text or "")
+        text = bounded(text, LIMITS["observation_chars"])
+        result = bounded(result, LIMITS["observation_chars"]) if result is not None else None
         return A01Observation(
             text=text, phase=self.phase, tool=tool, result=result, error=error, files=sorted(self.files),
             steps_left=max(self.max_steps - self.steps, 0), scenario_id=self.bundle.scenario_id,
@@ -377,7 +436,8 @@ class Episode:
     def state(self) -> A01State:
         return A01State(
             episode_id=self.episode_id, step_count=self.steps, scenario_id=self.bundle.scenario_id, phase=self.phase,
-            max_steps=self.max_steps, invalid_actions=self.invalid_actions, diff=self.diff(), done=self.done,
+            max_steps=self.max_steps, invalid_actions=self.invalid_actions,
+            diff=clip_diff(self.diff(), LIMITS["observation_chars"]), done=self.done,
             history=[{"step": r.step, "tool": r.action.get("tool"), "error": r.observation.get("error"),
                       "elapsed_ms": r.elapsed_ms} for r in self.records],
         )
@@ -386,3 +446,8 @@ class Episode:
         if self._live is not None:
             self._live.close()  # the sandbox holds live apps weakly: nothing to unregister
             self._live = None
+
+
+def _error_text(text: str | None) -> str | None:
+    """An error the app or the sandbox wrote, cut to what an observation shows of one."""
+    return clip(text, LIMITS["error_chars"]) if text else text

@@ -9,6 +9,15 @@ Durability: a record is written with a single ``write`` to a file opened with ``
 concurrent writers (threads or processes) never interleave inside a line, and a crash loses at
 most the episode in flight: a torn last line (the process died mid-write) is skipped by the reader
 and reported, every complete line before it is intact. ``fsync=True`` also survives a machine crash.
+
+Bounded: a record is always written, and is at most ``LIMITS["log_record_bytes"]`` (see
+:mod:`envcore.env.actions`). An episode keeps each step's entry bounded as it plays
+(:func:`step_entry`: every text at most ``log_field_chars``, every list at most ``log_list_items``),
+and :meth:`EpisodeLogger.write` shrinks a record that is still too large (texts and lists cut
+shorter and shorter, the diff cut between files) rather than drop it. What is cut ends with a
+marker that says so, and keeps its type, so every reader reads a cut record as it reads any other.
+Lone surrogates (which JSON can carry and UTF-8 cannot) become U+FFFD. Human play in the Space
+writes through the same logger, so the same caps hold there.
 """
 
 from __future__ import annotations
@@ -21,6 +30,10 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticSerializationError
+
+from envcore.env.actions import LIMITS, bounded
+from envcore.patching import clip_diff
 
 RECORD_VERSION = 1
 
@@ -73,11 +86,46 @@ class EpisodeRecord(BaseModel):
     """``reset``, ``verify`` (submit's verification), ``total`` (reset to end), ``steps`` (sum)."""
 
 
+def step_entry(step: int, action: dict[str, Any], observation: dict[str, Any], elapsed_ms: float) -> StepEntry:
+    """A step's log entry, bounded (see the module docstring); what an episode keeps of each step."""
+    chars, items = LIMITS["log_field_chars"], LIMITS["log_list_items"]
+    # model_construct: the values are built by the episode itself (validated once, when read back)
+    return StepEntry.model_construct(step=step, action=bounded(action, chars, items),
+                                     observation=bounded(observation, chars, items), elapsed_ms=elapsed_ms)
+
+
+def record_line(record: "EpisodeRecord", max_bytes: int | None = None) -> bytes:
+    """``record`` as one JSON line (UTF-8, ending in a newline) of at most ``max_bytes`` (default
+    ``LIMITS["log_record_bytes"]``): as it is when it fits, else with its steps' texts and lists cut
+    shorter until it does, and its diff cut between files. Never fails for a record's content."""
+    limit = max_bytes or LIMITS["log_record_bytes"]
+    try:
+        line = record.model_dump_json().encode() + b"\n"
+        if len(line) <= limit:
+            return line
+    except PydanticSerializationError:  # a lone surrogate somewhere: write the bounded copy
+        pass
+    data = record.model_dump(mode="json")
+    chars, items = LIMITS["log_field_chars"], LIMITS["log_list_items"]
+    while True:
+        # the record's own fields keep every entry (a verification keeps every probe); its steps shrink
+        shrunk = {key: bounded(value, chars) for key, value in data.items() if key not in ("steps", "diff")}
+        shrunk["steps"] = [{**entry, "action": bounded(entry["action"], chars, items),
+                            "observation": bounded(entry["observation"], chars, items)} for entry in data["steps"]]
+        shrunk["diff"] = bounded(clip_diff(data["diff"], chars * 32), chars * 32)
+        line = json.dumps(shrunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        if len(line) <= limit or chars <= 16:
+            return line
+        chars, items = chars // 2, max(items // 2, 4)
+
+
 class EpisodeLogger:
     """Appends records to one JSONL file; thread- and process-safe (see the module docstring)."""
 
-    def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
+    def __init__(self, path: str | Path, *, fsync: bool = False, max_record_bytes: int | None = None) -> None:
         self.path = Path(path)
+        self.max_record_bytes = max_record_bytes or LIMITS["log_record_bytes"]
+        """The largest line a record becomes (see :func:`record_line`)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self._lock = threading.Lock()
@@ -92,7 +140,8 @@ class EpisodeLogger:
                 os.write(self._fd, b"\n")
 
     def write(self, record: EpisodeRecord) -> None:
-        line = (record.model_dump_json() + "\n").encode()
+        """Append ``record`` (bounded, see :func:`record_line`) as one line."""
+        line = record_line(record, self.max_record_bytes)
         with self._lock:
             if self._fd < 0:
                 raise ValueError(f"{self.path}: the logger is closed")
@@ -150,9 +199,10 @@ def read_episodes(path: str | Path, problems: list[LogProblem] | None = None) ->
                     raise ValueError(f"record_version {data.get('record_version') if isinstance(data, dict) else None!r}, "
                                      f"this code reads {RECORD_VERSION}")
                 yield EpisodeRecord.model_validate(data)
-            except (ValueError, ValidationError) as exc:
+            except (ValueError, ValidationError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
                 if problems is not None:
-                    problems.append(LogProblem(line=number, reason=str(exc).splitlines()[0][:300]))
+                    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+                    problems.append(LogProblem(line=number, reason=reason[:300]))
 
 
 LOG_SUFFIXES = (".jsonl.gz", ".jsonl")
