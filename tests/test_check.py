@@ -122,3 +122,17 @@ def test_a_narrow_fix_that_does_not_load_is_reported(bundle_for, runner, monkeyp
     monkeypatch.setattr("envcore.factory.check.narrow_fixes", lambda bundle: (broken,))
     report = check_scenario(bundle_for(3), runner, fail_fast=False, skip=("determinism",))
     assert any(p.startswith("[narrow_fixes] the narrow fix 'broken' does not load") for p in report.problems)
+
+
+def test_data_the_shadow_cannot_rewrite_is_refused(bundle_for, runner):
+    """A data file that hides a declared identity (here: every token, written with JSON escapes) would
+    be graded on data the shadow left stale: the scenario check refuses it."""
+    bundle = bundle_for(4)
+    seed = bundle.files["data/seed.json"]
+    for user in bundle.users:
+        seed = seed.replace(f'"{user.token}"', '"' + "".join(f"\\u{ord(c):04x}" for c in user.token) + '"')
+    assert seed != bundle.files["data/seed.json"]
+    hidden = bundle.model_copy(update={"files": {**bundle.files, "data/seed.json": seed}}).with_id()
+    report = check_scenario(hidden, runner, fail_fast=False, skip=("determinism",))
+    assert any(p.startswith("[shadow]") for p in report.problems), report.problems
+    assert check_scenario(bundle, runner, skip=("determinism",)).ok

@@ -73,7 +73,8 @@ def test_every_drawn_identity_of_a_generated_bundle_is_declared(bundle_for):
     ("90d302", 0, r"[0-9a-f]{6}"),
     ("pbkdf2$dd1786345c63d8d391fd87823c4021c8", 7, r"pbkdf2\$[0-9a-f]{32}"),
     ("contoso-fb95", 0, r"[a-z]{7}-[a-z]{2}[0-9]{2}"),
-], ids=["token", "user-id", "username", "display-name", "int-id", "marker", "hash", "tenant"])
+    ("report-4bdf.txt", 7, r"report-[0-9a-f]{4}\.txt"),
+], ids=["token", "user-id", "username", "display-name", "int-id", "marker", "hash", "tenant", "file-name"])
 def test_a_fresh_value_keeps_the_shape_of_the_old(value, keep, shape):
     rng = random.Random(7)
     for _ in range(20):

@@ -11,6 +11,8 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
   (so an empty patch passes no security probe);
 * **pass to pass**: every hidden regression and trap probe passes on the app as shipped too;
 * **reference**: with the reference fix applied, every probe passes;
+* **shadow** (bundles that declare identities): on shadow data, as every grading draws it, the
+  reference fix still passes every probe and the vulnerable app still fails every security probe;
 * **lazy fixes**: deny-all and delete-the-vulnerable-routes each fail at least one regression or trap
   probe (deny-the-vulnerable-routes blocks the same routes, so it fails whenever delete does);
 * **partial fixes** (multi-site variants): fixing one site alone still fails that other site's
@@ -29,6 +31,7 @@ check runs on the in-process backend here and on the sandboxed backend later.
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from dataclasses import dataclass, field
@@ -43,6 +46,7 @@ from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
 from envcore.runner.inprocess import InProcessRunner
 from envcore.scenario.bundle import Bundle
 from envcore.scenario.probes import Probe, ProbeKind
+from envcore.verifier.shadow import draw_shadow, regrade_files
 
 
 @dataclass
@@ -208,6 +212,35 @@ def check_reference(ctx: CheckContext) -> list[str]:
     ]
 
 
+def check_shadow(ctx: CheckContext) -> list[str]:
+    """On shadow data (fresh identities, as every grading draws), the reference fix still passes
+    every probe and the vulnerable app still fails every security probe: the identities the bundle
+    declares are everything its data and probes depend on. The shadow is drawn from the content
+    hash, so the check is reproducible."""
+    bundle, runner = ctx.bundle, ctx.runner
+    shadow = draw_shadow(bundle, random.Random(int(ctx.content_hash[:12], 16)))
+    if shadow is None:
+        return []
+    tokens = _tokens(shadow)
+    problems = []
+    vulnerable = runner.run(AppSource(regrade_files(bundle.files, shadow), bundle.entrypoint), shadow.probes, tokens)
+    if not vulnerable.loaded:
+        return [f"the vulnerable app does not load on shadow data: {vulnerable.load_error}"]
+    problems += [f"security probe {o.probe_id} passes on the vulnerable app on shadow data"
+                 for o in vulnerable.outcomes if o.kind == ProbeKind.SECURITY and o.passed]
+    if bundle.reference_fix.strip():
+        try:
+            fixed = apply_patch(bundle.files, bundle.reference_fix)
+        except PatchError:
+            return problems  # reported by check_reference
+        report = runner.run(AppSource(regrade_files(fixed, shadow), bundle.entrypoint), shadow.probes, tokens)
+        if not report.loaded:
+            return problems + [f"the fixed app does not load on shadow data: {report.load_error}"]
+        problems += [f"{o.kind.value} probe {o.probe_id} fails with the reference fix on shadow data: {o.failures[:2]}"
+                     for o in report.outcomes if not o.passed]
+    return problems
+
+
 def check_lazy_fixes(ctx: CheckContext) -> list[str]:
     problems = []
     for kind, report in zip(CHECKED_LAZY_FIXES, ctx.vulnerable_runs[:-1]):
@@ -278,6 +311,7 @@ CHECKS: tuple[tuple[str, Callable[[CheckContext], list[str]]], ...] = (
     ("vulnerable", check_vulnerable),
     ("pass_to_pass", check_pass_to_pass),
     ("reference", check_reference),
+    ("shadow", check_shadow),
     ("lazy_fixes", check_lazy_fixes),
     ("partial_fixes", check_partial_fixes),
     ("narrow_fixes", check_narrow_fixes),

@@ -14,9 +14,9 @@ file names, the app's secret), and :func:`draw_shadow` replaces each of them, co
 data file (its text and its path), in every probe and in the seeded users. Nothing here calls the
 factory: an imported scenario that declares its identities is shadowed exactly like a generated one.
 
-A fresh value keeps its declared prefix (``tok_``, ``usr_``...) and the shape of the rest: a digit
-stays a digit (and a leading digit stays non-zero), a letter stays a letter of the same case, a
-hexadecimal run stays hexadecimal, punctuation stays. A value that occurs in the app's code cannot be
+A fresh value keeps its declared prefix (``tok_``, ``usr_``...), a file extension, and the shape of
+the rest: a digit stays a digit (and a leading digit stays non-zero), a letter stays a letter of the
+same case, a hexadecimal run stays hexadecimal, punctuation stays. A value that occurs in the app's code cannot be
 replaced without changing the app, so it is left out (the code then needs it as it is). All-digit
 values (integer ids) are replaced only as whole numbers, never inside a longer run of digits or
 letters.
@@ -61,9 +61,15 @@ def shadowable(bundle: Bundle) -> list[ShadowValue]:
     return list(seen.values())
 
 
+_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,5}$")
+
+
 def fresh_value(item: ShadowValue, rng: random.Random) -> str:
-    """A new value of ``item``'s shape (see the module docstring)."""
+    """A new value of ``item``'s shape (see the module docstring); a file extension is kept."""
     head, tail = item.value[:item.keep], item.value[item.keep:]
+    extension = _EXTENSION.search(tail)
+    if extension is not None and extension.start() > 0:
+        return head + fresh_value(ShadowValue(value=tail[:extension.start()]), rng) + extension.group(0)
     alnum = [c for c in tail if c.isalnum()]
     hexadecimal = bool(alnum) and all(c in _HEX for c in alnum) and not all(c.isdigit() for c in alnum)
     out = []
