@@ -95,18 +95,43 @@ def make_diff(old: Mapping[str, str], new: Mapping[str, str], context: int = 3) 
 
 
 def clip_diff(diff: str, limit: int) -> str:
-    """``diff`` if it has at most ``limit`` characters, else its first whole files (or, if the first
-    file alone is longer, its first whole lines) and a last line saying how much was left out,
-    ``limit`` characters in all. What is kept still parses: the note is commentary between files,
-    which :func:`parse_patch` skips (a file cut inside a hunk is reported as truncated)."""
+    """``diff`` if it has at most ``limit`` characters, else a shorter diff and a last line saying how
+    much was left out, ``limit`` characters in all. The shorter diff keeps the first whole files; if
+    the first file alone is longer, it keeps that file's first lines, with the last hunk's header
+    counting only the lines kept. So what is kept still parses, and applies: the note is commentary,
+    which :func:`parse_patch` skips."""
     if len(diff) <= limit:
         return diff
     note = f"[the diff is {len(diff):,} characters; the rest, from here, is left out]\n"
-    room = max(limit - len(note), 0)
+    room = max(limit - len(note) - 32, 0)  # 32: a hunk header may grow when its counts are written out
     cut = diff.rfind("\ndiff --git ", 0, room)
-    if cut <= 0:
-        cut = diff.rfind("\n", 0, room)
-    return diff[:cut + 1] + note if cut > 0 else note
+    if cut > 0:
+        return diff[:cut + 1] + note
+    cut = diff.rfind("\n", 0, room)
+    kept = _close_last_hunk(diff[:cut + 1]) if cut > 0 else ""
+    return kept + note
+
+
+def _close_last_hunk(kept: str) -> str:
+    """``kept`` (the start of one file's diff, cut at a line end) with its last hunk's header
+    rewritten to count the lines kept; without that hunk if it kept none, and ``""`` if no hunk is left."""
+    lines = split_lines(kept)
+    at = max((i for i, line in enumerate(lines) if _HUNK.match(line)), default=None)
+    if at is None:
+        return ""
+    old = new = 0
+    for line in lines[at + 1:]:
+        tag = line[:1]
+        if tag == "\\":
+            continue
+        old += tag != "+"
+        new += tag != "-"
+    if old == new == 0:  # the cut fell right after this header: the hunks before it are whole
+        return "".join(lines[:at]) if any(_HUNK.match(line) for line in lines[:at]) else ""
+    match = _HUNK.match(lines[at])
+    assert match is not None
+    lines[at] = f"@@ -{match.group(1)},{old} +{match.group(3)},{new} @@\n"
+    return "".join(lines)
 
 
 def _strip_prefix(name: str) -> str | None:

@@ -306,3 +306,62 @@ def test_records_refuse_unknown_fields(tmp_path):
     del missing["scenario_hash"]
     with pytest.raises(ValidationError):
         EpisodeRecord.model_validate(missing)
+
+
+# --- bounded records ------------------------------------------------------------------------------
+
+
+def _oversized(steps: int, text_chars: int) -> EpisodeRecord:
+    record = make_record(0)
+    big = {"tool": "apply_patch", "diff": "+" + "d" * text_chars}
+    seen = {"text": "t" * text_chars, "files": [f"pkg/m{i}.py" for i in range(300)], "error": None,
+            "result": {"content": "c" * text_chars, "matches": [{"path": "p", "line": i} for i in range(300)]}}
+    record.steps = [StepEntry(step=i + 1, action=big, observation=seen, elapsed_ms=1.0) for i in range(steps)]
+    record.diff = "".join(f"diff --git a/f{i}.py b/f{i}.py\n--- /dev/null\n+++ b/f{i}.py\n@@ -0,0 +1 @@\n+"
+                          + "x" * 100_000 + "\n" for i in range(40))
+    return record
+
+
+def test_a_record_over_its_cap_is_shrunk_not_dropped_and_reads_back(tmp_path):
+    from envcore.patching import parse_patch
+
+    path = tmp_path / "episodes.jsonl"
+    record = _oversized(steps=200, text_chars=200_000)
+    with EpisodeLogger(path, max_record_bytes=2 * 1024 * 1024) as logger:
+        logger.write(record)
+        logger.write(make_record(1))  # the next record is untouched
+    raw = lines_of(path)
+    assert len(raw) == 3 and len(raw[0]) <= 2 * 1024 * 1024 and raw[2] == b""
+    problems: list[LogProblem] = []
+    back = list(read_episodes(path, problems))
+    assert problems == [] and len(back) == 2 and back[1] == make_record(1)
+    shrunk = back[0]
+    assert len(shrunk.steps) == 200 and [s.step for s in shrunk.steps] == list(range(1, 201))
+    assert shrunk.reward == record.reward and shrunk.verification == record.verification
+    first = shrunk.steps[0]
+    assert first.action["tool"] == "apply_patch" and "characters; cut]" in first.action["diff"]
+    assert first.observation["files"][-1].endswith("cut]") and isinstance(first.observation["result"]["matches"], list)
+    assert "the rest, from here, is left out" in shrunk.diff and parse_patch(shrunk.diff)  # still a diff
+
+
+def test_a_record_holding_lone_surrogates_is_written_with_replacement_characters(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    record = make_record(2)
+    record.steps[0] = StepEntry(step=0, action={"tool": "edit_file", "path": "app/\ud800.py", "\udfff": "x"},
+                                observation={"text": "no file 'app/\ud800.py'"}, elapsed_ms=1.0)
+    record.diff = "+x = '\ud800'\n"
+    with EpisodeLogger(path) as logger:
+        logger.write(record)
+    (back,) = read_episodes(path)
+    assert back.steps[0].action == {"tool": "edit_file", "path": "app/\ufffd.py", "\ufffd": "x"}
+    assert back.diff == "+x = '\ufffd'\n" and back.steps[1:] == record.steps[1:]
+
+
+def test_a_line_nested_too_deep_for_the_json_parser_is_skipped_and_reported(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    with open(path, "wb") as handle:
+        handle.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+        handle.write(make_record(3).model_dump_json().encode() + b"\n")
+    problems: list[LogProblem] = []
+    assert [r.episode_id for r in read_episodes(path, problems)] == [make_record(3).episode_id]
+    assert len(problems) == 1 and problems[0].line == 1 and problems[0].reason

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from envcore.patching import PatchError, apply_patch, changed_lines, make_diff, parse_patch
+from envcore.patching import PatchError, apply_patch, changed_lines, clip_diff, make_diff, parse_patch
 
 OLD = {"app.py": "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n", "lib/util.py": "x = 1\n"}
 
@@ -184,3 +184,36 @@ def test_a_hunk_of_sixty_thousand_blank_lines_is_counted_without_stalling_submit
     with _deadline(15):
         files, lines = changed_lines(diff)
     assert files == 1 and 60_000 - 100 <= lines <= 60_000 + 400
+
+
+# ----- a diff cut to fit an observation or a log record --------------------------------------------------
+def test_a_diff_within_the_limit_is_not_cut():
+    diff = make_diff(OLD, {**OLD, "new.py": "x = 1\n"})
+    assert clip_diff(diff, len(diff)) == diff
+
+
+def test_a_diff_cut_between_files_keeps_whole_files_and_says_so():
+    new = {**OLD, "a.py": "a\n" * 200, "b.py": "b\n" * 500}
+    diff = make_diff(OLD, new)
+    cut = clip_diff(diff, 1500)
+    assert len(cut) <= 1500 and cut.endswith("the rest, from here, is left out]\n")
+    assert [p.path for p in parse_patch(cut)] == ["a.py"] and apply_patch(OLD, cut)["a.py"] == new["a.py"]
+
+
+@pytest.mark.parametrize("limit", [200, 333, 1000, 3001])
+def test_a_diff_cut_inside_its_first_file_still_parses_and_applies_a_prefix(limit):
+    old = {"app.py": "".join(f"line {i}\n" for i in range(300))}
+    new = {"app.py": "".join(f"line {i}\n" if i % 7 else f"changed {i}\n" for i in range(300)) + "tail\n" * 50}
+    diff = make_diff(old, new, context=400)  # one hunk over the whole file
+    cut = clip_diff(diff, limit)
+    assert len(cut) <= limit and cut.endswith("left out]\n")
+    # applied, it makes the change as far as it was kept, and leaves the rest of the file as it was
+    patched, changed, before = (t.split("\n") for t in (apply_patch(old, cut)["app.py"], new["app.py"], old["app.py"]))
+    kept = next(i for i, (a, b) in enumerate(zip(patched, changed)) if a != b)
+    assert kept > 0 and patched[kept:] == before[len(before) - len(patched) + kept:]
+
+
+def test_a_diff_cut_inside_its_first_header_is_only_the_note():
+    diff = make_diff({}, {"x" * 300 + ".py": "x = 1\n"})
+    cut = clip_diff(diff, 150)
+    assert cut.startswith("[the diff is") and len(cut) <= 150

@@ -96,8 +96,9 @@ def step_entry(step: int, action: dict[str, Any], observation: dict[str, Any], e
 
 def record_line(record: "EpisodeRecord", max_bytes: int | None = None) -> bytes:
     """``record`` as one JSON line (UTF-8, ending in a newline) of at most ``max_bytes`` (default
-    ``LIMITS["log_record_bytes"]``): as it is when it fits, else with its steps' texts and lists cut
-    shorter until it does, and its diff cut between files. Never fails for a record's content."""
+    ``LIMITS["log_record_bytes"]``): as it is when it fits, else with its diff cut between files to a
+    sixteenth of that and its steps' texts and lists cut shorter until it fits. Never fails for a
+    record's content."""
     limit = max_bytes or LIMITS["log_record_bytes"]
     try:
         line = record.model_dump_json().encode() + b"\n"
@@ -105,14 +106,17 @@ def record_line(record: "EpisodeRecord", max_bytes: int | None = None) -> bytes:
             return line
     except PydanticSerializationError:  # a lone surrogate somewhere: write the bounded copy
         pass
-    data = record.model_dump(mode="json")
+    data = record.model_dump()  # plain values throughout: only its texts need care (see bounded)
     chars, items = LIMITS["log_field_chars"], LIMITS["log_list_items"]
+    # The diff keeps a fixed share, whole files first (a text takes at most 6 bytes a character in JSON).
+    share = max(limit // 16, 1)
+    diff = bounded(clip_diff(data["diff"], share), share)
     while True:
         # the record's own fields keep every entry (a verification keeps every probe); its steps shrink
         shrunk = {key: bounded(value, chars) for key, value in data.items() if key not in ("steps", "diff")}
         shrunk["steps"] = [{**entry, "action": bounded(entry["action"], chars, items),
                             "observation": bounded(entry["observation"], chars, items)} for entry in data["steps"]]
-        shrunk["diff"] = bounded(clip_diff(data["diff"], chars * 32), chars * 32)
+        shrunk["diff"] = diff
         line = json.dumps(shrunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         if len(line) <= limit or chars <= 16:
             return line
