@@ -440,6 +440,36 @@ def test_ws_oversized_json_body_is_an_observation_error(live, bystander):
     assert_unaffected(live, bystander)
 
 
+WRITE_PROOF = ["data/seed.json/evil.py", "app/" + "n" * 300 + ".py", "/".join(["d"] * 20) + ".py",
+               "app/__pycache__/x.py", "app//x.py", "app/x\u2028.py"]
+
+
+def test_ws_a_patch_to_a_path_no_app_folder_can_hold_is_an_observation_error_and_submit_still_scores(live, bystander):
+    # A file that is a folder of a data file, a name over 255 bytes ...: the sandbox could not write
+    # the app, and grading it was reported as the sandbox's failure (no reward) instead of the patch's.
+    with open_session(live) as attacker:
+        for path in WRITE_PROOF:
+            observation = attacker.observe(tool="apply_patch", diff=f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+x = 1\n")
+            assert observation["error"] and "nothing changed" in observation["error"], (path, observation["error"])
+            assert path not in observation["files"] and observation["phase"] == "exploring"
+        frame = attacker.step(tool="submit")
+        assert frame["data"]["done"] is True and isinstance(frame["data"]["reward"], (int, float)), frame
+    assert_unaffected(live, bystander)
+
+
+def test_ws_a_read_of_a_huge_line_and_a_huge_diff_come_back_cut(live, bystander):
+    with open_session(live) as attacker:
+        line = "x = '" + "y" * 200_000 + "'\n"
+        observation = attacker.observe(tool="apply_patch", diff=f"--- /dev/null\n+++ b/app/huge.py\n@@ -0,0 +1 @@\n+{line}")
+        assert observation["error"] is None
+        read = attacker.observe(tool="read_file", path="app/huge.py")
+        assert len(read["result"]["content"]) <= LIMITS["line_chars"] and "characters; cut]" in read["text"]
+        diff = attacker.observe(tool="view_diff")
+        assert len(diff["text"]) <= LIMITS["observation_chars"] and "left out" in diff["text"]
+        assert len(attacker.call({"type": "state"})["data"]["diff"]) <= LIMITS["observation_chars"]
+    assert_unaffected(live, bystander)
+
+
 def test_ws_lone_surrogate_escapes_are_refused_or_replaced_and_the_session_goes_on(live, bystander):
     # JSON may escape a lone surrogate ("\\ud800"); it cannot be encoded back into a reply, so an
     # error that echoed it used to drop the session.
