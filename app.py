@@ -15,6 +15,15 @@ Configuration, all optional: ``A01_CACHE`` (another cache folder), ``A01_WEIGHTS
 ``A01_UI_SESSION_TTL_S`` (idle visitors' sessions are closed after it, default 900),
 ``A01_ARTIFACTS`` (where the page looks for rollout sets), ``A01_UI=0`` (the API alone); see
 ``docs/environment.md`` and ``docs/space.md``.
+
+What keeps one anonymous client from taking the public server: per-client shares of the sessions
+(``A01_MAX_SESSIONS_PER_CLIENT``, ``A01_UI_MAX_SESSIONS_PER_CLIENT``; the client address from
+``X-Forwarded-For`` only behind ``A01_TRUSTED_PROXIES``, see :mod:`envcore.server.guard`), request
+bodies and WebSocket messages at most ``A01_MAX_BODY_BYTES`` and ``A01_MAX_WS_MESSAGE_BYTES``, no
+uploads, a capped human play log (``A01_HUMAN_LOG_MAX_BYTES``) and bounded page state (:mod:`ui.app`).
+uvicorn's own reading of ``X-Forwarded-For`` (on by default, for loopback peers) is turned off: the
+guard decides whom to believe, the same way under any server; uvicorn's WebSocket frame limit is set to
+the message cap, so a larger message is refused before it is buffered.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from fastapi import FastAPI  # noqa: E402
 
 from envcore.env.environment import default_runtime  # noqa: E402
 from envcore.env.server import create_env_app  # noqa: E402
+from envcore.server.guard import DEFAULT_MAX_WS_MESSAGE_BYTES, env_bytes  # noqa: E402
 
 
 def build_app() -> FastAPI:
@@ -55,4 +65,5 @@ if __name__ == "__main__":
     import uvicorn
 
     uvicorn.run(app, host=os.environ.get("HOST", "0.0.0.0"), port=int(os.environ.get("PORT", "7860")),
-                ws="websockets-sansio")
+                ws="websockets-sansio", proxy_headers=False,
+                ws_max_size=env_bytes("A01_MAX_WS_MESSAGE_BYTES", DEFAULT_MAX_WS_MESSAGE_BYTES))

@@ -8,7 +8,17 @@ routes are OpenEnv's own (``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema`
 before it opens one session per rollout of its generation batch).
 ``max_concurrent_envs`` (``A01_MAX_SESSIONS``, default 64) bounds the WebSocket sessions; idle
 sessions are closed after ``A01_SESSION_TIMEOUT_S`` (default 900 s). The sandbox gets worker slots
-for every session (two each: its live app and a verification; ``A01_SANDBOX_WORKERS`` overrides). ``POST /reset`` with options
+for every session (two each: its live app and a verification; ``A01_SANDBOX_WORKERS`` overrides).
+
+The server is public, so no single client may take it (:mod:`envcore.server.guard` says who a client
+is): one client holds at most ``A01_MAX_SESSIONS_PER_CLIENT`` sessions (default a quarter of
+``A01_MAX_SESSIONS``), however it opens them (``/ws``, the ``/mcp`` WebSocket, or ``/mcp``'s
+``openenv/session/create``); one more is refused with OpenEnv's capacity error saying so, while other
+clients still get theirs. Request bodies are at most ``A01_MAX_BODY_BYTES`` (default 2 MiB; more is a
+413) and WebSocket messages at most ``A01_MAX_WS_MESSAGE_BYTES`` (default 2 MiB; more closes that
+connection with code 1009). The app is OpenEnv's, built as :func:`openenv.core.env_server.http_server.
+create_fastapi_app` builds it, with :class:`_SessionPool` (OpenEnv's server, counting sessions per
+client) in place of its server class. ``POST /reset`` with options
 that cannot be satisfied (:class:`~envcore.env.environment.ResetError`) is a 422 saying why, not a 500,
 and error bodies are rendered so that they cannot fail: a request's ``NaN``/``Infinity`` literal or lone
 surrogate escape (both accepted by Python's JSON parser) echoed in a 422's details would otherwise
@@ -21,6 +31,7 @@ import json
 import math
 import os
 import weakref
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,24 +40,81 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from openenv.core.env_server.http_server import create_app
-from openenv.core.env_server.types import ConcurrencyConfig
+from openenv.core.env_server.exceptions import SessionCapacityError
+from openenv.core.env_server.http_server import HTTPEnvServer
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import ConcurrencyConfig, ServerMode
 from starlette.exceptions import HTTPException
 
 from envcore.env.actions import A01Action, A01Observation, A01State
 from envcore.env.environment import A01Environment, ResetError, Runtime, default_runtime
 from envcore.server.catalog import catalog_router
+from envcore.server.guard import (
+    CURRENT_CLIENT,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_WS_MESSAGE_BYTES,
+    ClientGuard,
+    ClientPolicy,
+    env_bytes,
+    per_client_cap,
+)
 
 DEFAULT_MAX_SESSIONS = 64
 DEFAULT_SESSION_TIMEOUT_S = 900.0
 
 
+class _SessionPool(HTTPEnvServer):
+    """OpenEnv's server, refusing a client's session beyond its share (see the module docstring).
+
+    Every way of opening a session goes through ``_create_session``; the client is the request's
+    (:data:`~envcore.server.guard.CURRENT_CLIENT`, set by the guard in front of the app). A client's
+    count is its sessions still open (whichever way they closed: a socket that left, ``openenv/session/
+    close``, the idle reaper) plus those being created, checked and taken with no ``await`` between,
+    so two requests at once cannot both take the last one."""
+
+    def __init__(self, *args: Any, per_client: int, policy: ClientPolicy, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.per_client = per_client
+        self.policy = policy
+        self._owners: dict[str, str] = {}
+        self._opening: Counter[str] = Counter()
+
+    def sessions_of(self, client: str) -> int:
+        for session_id in [sid for sid in self._owners if sid not in self._sessions]:
+            del self._owners[session_id]
+        return sum(1 for owner in self._owners.values() if owner == client) + self._opening[client]
+
+    async def _create_session(self) -> tuple[str, Environment]:
+        client = CURRENT_CLIENT.get()
+        if not self.policy.is_capped(client):
+            return await super()._create_session()
+        assert client is not None
+        held = self.sessions_of(client)
+        if held >= self.per_client:
+            raise SessionCapacityError(
+                active_sessions=held, max_sessions=self.per_client,
+                message=f"this client ({client}) already holds {held} of the server's sessions, the most one client "
+                        f"may hold (A01_MAX_SESSIONS_PER_CLIENT={self.per_client}); close one and try again")
+        self._opening[client] += 1
+        try:
+            session_id, env = await super()._create_session()
+        finally:
+            self._opening[client] -= 1
+            if not self._opening[client]:
+                del self._opening[client]
+        self._owners[session_id] = client
+        return session_id, env
+
+
 def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None = None,
-                   session_timeout_s: float | None = None) -> FastAPI:
+                   session_timeout_s: float | None = None, max_sessions_per_client: int | None = None,
+                   policy: ClientPolicy | None = None) -> FastAPI:
     runtime = runtime or default_runtime()
     sessions = max_sessions or int(os.environ.get("A01_MAX_SESSIONS", DEFAULT_MAX_SESSIONS))
     timeout = session_timeout_s if session_timeout_s is not None else float(
         os.environ.get("A01_SESSION_TIMEOUT_S", DEFAULT_SESSION_TIMEOUT_S))
+    per_client = max_sessions_per_client or per_client_cap(sessions, "A01_MAX_SESSIONS_PER_CLIENT")
+    policy = policy or ClientPolicy.from_environ()
 
     if runtime.sandbox is None:
         runtime.sessions = max(runtime.sessions or 0, sessions)
@@ -63,10 +131,19 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
         live.add(env)
         return env
 
-    app = create_app(
+    app = FastAPI(title="A01 repair gym", version="1.0.0",
+                  description="The A01 repair gym environment over OpenEnv: `/ws` sessions, `/reset`, `/step`, "
+                              "`/state`, `/schema`, `/metadata`, `/mcp`; and the scenario catalog.")
+    server = _SessionPool(
         make_env, A01Action, A01Observation, env_name="a01_repair_gym", state_cls=A01State,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=sessions, session_timeout=timeout or None),
-    )
+        per_client=per_client, policy=policy)
+    server.register_routes(app, mode=os.environ.get("OPENENV_MODE", ServerMode.SIMULATION.value))
+    app.add_middleware(ClientGuard, policy=policy,
+                       max_body_bytes=env_bytes("A01_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+                       max_message_bytes=env_bytes("A01_MAX_WS_MESSAGE_BYTES", DEFAULT_MAX_WS_MESSAGE_BYTES))
+    app.state.session_pool = server
+    app.state.client_policy = policy
     app.add_exception_handler(ResetError, _reset_refused)
     app.add_exception_handler(RequestValidationError, _request_invalid)
     app.add_exception_handler(HTTPException, _http_error)

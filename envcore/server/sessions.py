@@ -10,6 +10,17 @@ two people playing at once would step on each other's episode; here each id has 
   idle for ``ttl_s`` (a background sweeper, so a closed laptop does not hold a sandbox worker for
   ever). At most ``max_sessions`` are open at once; one more is refused with :class:`SessionLimit`,
   saying why, rather than starving the sessions already playing.
+* **Shares.** The page is public: one visitor (one client address, as
+  :class:`~envcore.server.guard.ClientPolicy` finds it behind a proxy) holds at most
+  ``max_per_client`` sessions (``A01_UI_MAX_SESSIONS_PER_CLIENT``, default a quarter of the slots), so
+  one person opening tab after tab, or a script, cannot take every slot; the next is refused with
+  :class:`ClientLimit`. A session also belongs to the browser page that opened it, and ends when the
+  page does (:meth:`SessionHub.close_page`: Gradio reports it when the page's connection drops),
+  instead of holding its slot until the TTL.
+* **Bounded log.** Human play is logged through :class:`CappedEpisodeLog`, which keeps the log file
+  under ``A01_HUMAN_LOG_MAX_BYTES`` (default 32 MiB): past it, the file is moved aside to
+  ``<name>.1`` (replacing the one before) and a new one begun, so visitors can never fill the disk and
+  the page never parses more than one capped file.
 * **Same episodes as everyone else.** Play sessions share the server's scenario sampler and sandbox
   and write the shared episode-log format (``source`` ``human``), so a human episode is a human-eval
   result read by the same dashboards and reports as any agent's. Actions go through the environment's
@@ -43,10 +54,14 @@ from envcore.env.actions import A01Observation, A01State
 from envcore.env.environment import A01Environment, ResetError, Runtime
 from envcore.env.episode import DEFAULT_MAX_STEPS
 from envcore.env.episode_log import EpisodeLogger, EpisodeRecord
+from envcore.server.guard import ClientPolicy, env_bytes, per_client_cap
 
 DEFAULT_TTL_S = 900.0
 DEFAULT_MAX_SESSIONS = 16
 DEFAULT_HUMAN_MAX_STEPS = 60
+HUMAN_STEP_BUDGETS = (10, 200)
+"""The step budgets a person may choose (the Play tab's slider; anything else is brought into it)."""
+DEFAULT_HUMAN_LOG_MAX_BYTES = 32 * 1024 * 1024
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 DEFAULT_HUMAN_LOG = ARTIFACTS / "human" / "episodes.jsonl"
 SCRIPTED_LIVE_AGENTS = ("heuristic", "random", "deny_all", "noop", "oracle")
@@ -61,6 +76,20 @@ class SessionLimit(SessionError):
     """Every session slot is in use."""
 
 
+class ClientLimit(SessionLimit):
+    """This visitor already holds its share of the slots."""
+
+
+@dataclass(frozen=True)
+class Visitor:
+    """Who asks for a session: what per-visitor shares count and what ends with the page."""
+
+    client: str | None = None
+    """The client address (``None``: an in-process caller, never capped)."""
+    page: str | None = None
+    """The browser page (Gradio's session hash) the session belongs to, if any."""
+
+
 class UnknownSession(SessionError):
     """The id names no open session (it expired, was closed, or never existed)."""
 
@@ -70,6 +99,7 @@ class _Session:
     env: A01Environment
     last_used: float
     kind: str = "play"
+    visitor: Visitor = Visitor()
     agent: Agent | None = None
     last_observation: A01Observation | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -94,15 +124,19 @@ class SessionHub:
     """Per-visitor episodes with a time-to-live; see the module docstring."""
 
     def __init__(self, runtime: Runtime, *, ttl_s: float = DEFAULT_TTL_S, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 max_per_client: int | None = None, policy: ClientPolicy | None = None,
                  live_runtime: Runtime | None = None, clock: Callable[[], float] = time.monotonic,
                  sweep_every_s: float | None = None) -> None:
-        if ttl_s <= 0 or max_sessions < 1:
-            raise ValueError("ttl_s must be positive and max_sessions at least 1")
+        if ttl_s <= 0 or max_sessions < 1 or (max_per_client is not None and max_per_client < 1):
+            raise ValueError("ttl_s must be positive and max_sessions (and max_per_client) at least 1")
         self.runtime = runtime
         self.live_runtime = live_runtime or Runtime(sampler=runtime.sampler, max_steps=DEFAULT_MAX_STEPS,
                                                     source="live", parent=runtime)
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
+        self.max_per_client = max_per_client or max_sessions
+        """Sessions one capped visitor may hold (``policy`` says who is capped)."""
+        self.policy = policy or ClientPolicy()
         self._clock = clock
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
@@ -115,30 +149,41 @@ class SessionHub:
             self._sweeper.start()
 
     @classmethod
-    def for_server(cls, server: Runtime, *, human_log: str | Path | None = None, **options: Any) -> "SessionHub":
+    def for_server(cls, server: Runtime, *, human_log: str | Path | None = None, **options: Any) -> SessionHub:
         """A hub whose play sessions share ``server``'s scenarios and sandbox and log human episodes to
         ``human_log`` (default ``A01_HUMAN_LOG`` or ``artifacts/human/episodes.jsonl``; ``""``: none)."""
         path = human_log if human_log is not None else os.environ.get("A01_HUMAN_LOG", str(DEFAULT_HUMAN_LOG))
-        runtime = Runtime(sampler=server.sampler, logger=EpisodeLogger(path) if path else None,
+        logger = CappedEpisodeLog(path, env_bytes("A01_HUMAN_LOG_MAX_BYTES", DEFAULT_HUMAN_LOG_MAX_BYTES)) if path else None
+        runtime = Runtime(sampler=server.sampler, logger=logger,  # type: ignore[arg-type]  # writes like one
                           max_steps=DEFAULT_HUMAN_MAX_STEPS, source="human", parent=server)
         # Agents run live with the budget they are evaluated with, not the people's larger one.
         options.setdefault("live_runtime", Runtime(sampler=server.sampler, max_steps=server.max_steps, source="live",
                                                    parent=server))
         options.setdefault("ttl_s", float(os.environ.get("A01_UI_SESSION_TTL_S", DEFAULT_TTL_S)))
         options.setdefault("max_sessions", int(os.environ.get("A01_UI_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)))
+        options.setdefault("max_per_client", per_client_cap(options["max_sessions"], "A01_UI_MAX_SESSIONS_PER_CLIENT"))
+        options.setdefault("policy", ClientPolicy.from_environ())
         return cls(runtime, **options)
 
     # ----- lifetime ----------------------------------------------------------------------------
-    def open(self, kind: str = "play") -> str:
-        """A new session id. Raises :class:`SessionLimit` when every slot is taken."""
+    def open(self, kind: str = "play", visitor: Visitor | None = None) -> str:
+        """A new session id for ``visitor``. Raises :class:`SessionLimit` when every slot is taken, and
+        :class:`ClientLimit` when the visitor already holds its share (see the module docstring)."""
         self.sweep()
+        visitor = visitor or Visitor()
         runtime = self.runtime if kind == "play" else self.live_runtime
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
                 raise SessionLimit(f"all {self.max_sessions} play sessions are in use; try again in a few minutes "
                                    f"(idle sessions are freed after {self.ttl_s / 60:.0f} minutes)")
+            if self.policy.is_capped(visitor.client):
+                held = sum(1 for s in self._sessions.values() if s.visitor.client == visitor.client)
+                if held >= self.max_per_client:
+                    raise ClientLimit(f"you already have {held} session(s) open (episodes or live agents, in this or "
+                                      f"other tabs), the most one visitor may hold: close a tab or wait "
+                                      f"{self.ttl_s / 60:.0f} minutes for an idle one to end, then try again")
             session_id = secrets.token_urlsafe(16)
-            self._sessions[session_id] = _Session(A01Environment(runtime), self._clock(), kind)
+            self._sessions[session_id] = _Session(A01Environment(runtime), self._clock(), kind, visitor)
         return session_id
 
     def close(self, session_id: str | None) -> bool:
@@ -152,6 +197,15 @@ class SessionHub:
         with session.lock:
             session.env.close()
         return True
+
+    def close_page(self, page: str | None) -> int:
+        """End every session opened from the browser page ``page`` (it was closed or reloaded); returns
+        how many."""
+        if not page:
+            return 0
+        with self._lock:
+            ids = [sid for sid, s in self._sessions.items() if s.visitor.page == page]
+        return sum(self.close(sid) for sid in ids)
 
     def sweep(self) -> int:
         """Close every session idle for longer than the TTL; returns how many."""
@@ -324,3 +378,46 @@ class SessionHub:
             observation = session.env.step(action)
             session.last_observation = observation
             return action, observation
+
+
+class CappedEpisodeLog:
+    """An episode log that stays under ``max_bytes`` on disk (see the module docstring).
+
+    It writes through :class:`~envcore.env.episode_log.EpisodeLogger` (same format, same durability).
+    Before a record would take the file past ``max_bytes``, the file is moved aside to ``<name>.1``
+    (replacing the previous one) and a new file begun: the log and its one predecessor hold at most
+    ``2 * max_bytes``, or one record more when a single record is larger than the cap (records are
+    bounded by the episode log's own per-record cap). ``<name>.1`` is not an episode log's name, so
+    the page shows only the current file. One process writes it (the Space's); a lock orders writers.
+    """
+
+    def __init__(self, path: str | Path, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be positive")
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.rotations = 0
+        self._lock = threading.Lock()
+        self._log = EpisodeLogger(self.path)
+
+    @property
+    def previous(self) -> Path:
+        return self.path.with_name(self.path.name + ".1")
+
+    def write(self, record: EpisodeRecord) -> None:
+        size = len(record.model_dump_json().encode()) + 1
+        with self._lock:
+            try:
+                current = self.path.stat().st_size
+            except OSError:
+                current = 0
+            if current and current + size > self.max_bytes:
+                self._log.close()
+                os.replace(self.path, self.previous)
+                self._log = EpisodeLogger(self.path)
+                self.rotations += 1
+            self._log.write(record)
+
+    def close(self) -> None:
+        with self._lock:
+            self._log.close()
