@@ -6,10 +6,23 @@ process serves the OpenEnv API (``/ws``, ``/step``, ``/mcp`` ...) and the page. 
 environment only through :class:`~envcore.server.sessions.SessionHub`; it never imports the sandbox.
 Rollout sets are read lazily and cached; :func:`warm` reads them in the background after start-up, so
 the first visitor's dashboard does not wait for the logs to be parsed.
+
+The page is public, so what Gradio itself offers and keeps is bounded too (:func:`mount_ui`):
+
+* no uploads: the page has no file input, so Gradio's upload routes (and the deep-link route, which
+  writes a file per call) are refused (:data:`REFUSED_ROUTES`), and ``max_file_size`` is one byte in
+  case a route is missed; no run history is recorded; errors that are not the visitor's are shown as
+  a plain "Error", not their text;
+* Gradio keeps the state of at most ``A01_UI_PAGE_SESSIONS`` browser pages (default 256; about a
+  quarter of a megabyte each, as a copy of the page's configuration), the least recently used
+  forgotten first, instead of its default 10,000; its queue holds at most ``A01_UI_QUEUE_SIZE`` waiting
+  events (default 256), beyond which a visitor is told the queue is full;
+* a visitor's sessions end when their page does (``demo.unload``), not when the TTL runs out.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +30,7 @@ from typing import Any
 import gradio as gr
 from fastapi import FastAPI
 
+from envcore.server.guard import RefusedRoutes
 from envcore.server.sessions import ARTIFACTS, SessionHub
 from ui import artifact_sets, dashboard_tab, play_tab, watch_tab
 from ui.wiring import bind
@@ -29,6 +43,11 @@ INTRO = (
     "step, and compare agents on the **Dashboard**. The same environment is served to agents over OpenEnv "
     "(`/ws`, `/mcp`) by this process."
 )
+DEFAULT_PAGE_SESSIONS = 256
+DEFAULT_QUEUE_SIZE = 256
+REFUSED_ROUTES = ("/gradio_api/upload", "/gradio_api/upload_progress", "/gradio_api/process_recording",
+                  "/gradio_api/deep_link", "/upload", "/process_recording")
+"""Gradio's routes that store what a visitor sends (files, a page's state as a file): the page needs none."""
 CSS = """
 .gradio-container {max-width: 1400px !important}
 """
@@ -39,7 +58,7 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
     bug_classes = sorted({row["bug_class"] for row in cache.rows})
     domains = sorted({row.get("domain", "unknown") for row in cache.rows})
     with gr.Blocks(title=TITLE) as demo:
-        gr.Markdown(INTRO)
+        gr.Markdown(INTRO, elem_id="intro")
         with gr.Tabs() as tabs:
             with gr.Tab("Play", id="play", elem_id="tab-play"):
                 play = play_tab.build(hub, bug_classes=bug_classes, domains=domains, ttl_s=hub.ttl_s)
@@ -51,7 +70,7 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
         def play_selected(event: gr.SelectData) -> dict[Any, Any]:
             row = event.row_value or []
             if not row:
-                return {}
+                return gr.skip()
             return {play["scenario"]: row[0], tabs: gr.Tabs(selected="play")}
 
         dashboard["browser"].select(play_selected, None, [play["scenario"], tabs])
@@ -62,21 +81,39 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
         def watch_selected(event: gr.SelectData) -> dict[Any, Any]:
             link = dash_ctrl.failures.example_link(event.row_value or [])
             if link is None:
-                return {}
+                return gr.skip()
             shown = watch_ctrl.open_episode(*link)
             return {**{watch_named[k]: v for k, v in shown.items() if k in watch_named}, tabs: gr.Tabs(selected="watch")}
 
         dashboard["fail_examples"].select(watch_selected, None, [*watch_named.values(), tabs])
         demo.load(bind(watch_ctrl.refresh, watch_named), None, list(watch_named.values()))
         demo.load(bind(dash_ctrl.refresh, dash_named), None, list(dash_named.values()))
-    demo.queue(default_concurrency_limit=hub.max_sessions)
+
+        def page_closed(request: gr.Request) -> None:
+            hub.close_page(request.session_hash)
+
+        demo.unload(page_closed)
+    demo.queue(default_concurrency_limit=hub.max_sessions, max_size=_positive("A01_UI_QUEUE_SIZE", DEFAULT_QUEUE_SIZE))
+    # Gradio copies the page's configuration for every browser page it has seen; keep fewer of them.
+    demo.state_session_capacity = _positive("A01_UI_PAGE_SESSIONS", DEFAULT_PAGE_SESSIONS)
     return demo
 
 
+def _positive(variable: str, default: int) -> int:
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{variable} must be a positive integer, not {value!r}")
+    return int(value)
+
+
 def mount_ui(app: FastAPI, hub: SessionHub, artifacts: Path = ARTIFACTS) -> FastAPI:
-    """Serve the page at ``/`` on ``app`` (after its own routes, which keep precedence)."""
+    """Serve the page at ``/`` on ``app`` (after its own routes, which keep precedence), with the
+    bounds of the module docstring."""
+    app.add_middleware(RefusedRoutes, prefixes=REFUSED_ROUTES, message="file uploads are turned off on this server")
     return gr.mount_gradio_app(app, build_ui(hub, artifacts), path="/", css=CSS, theme=gr.themes.Soft(),
-                               footer_links=["api"])
+                               footer_links=["api"], run_history=False, max_file_size=1, show_error=False)
 
 
 def warm(artifacts: Path = ARTIFACTS) -> threading.Thread:

@@ -13,6 +13,10 @@ Choices:
   reward and steps get an axis fitted to the data.
 * No data is never drawn as an empty axis that looks like zeros: every chart returns
   :func:`empty_figure` with a message saying what is missing.
+* Plotly renders a subset of HTML (links included) in every label, so every text that comes from the
+  data (set, run, agent, slice, component and category names) goes through :func:`ui.safe.plot`;
+  hover templates read such text from the trace (``%{fullData.name}``, ``%{x}``, ``%{meta[0]}``) and
+  never embed it, so a ``%{...}`` in a name is not a placeholder.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
+from ui import safe
 from ui.data import GROUP_LABELS, METRIC_LABELS, RATE_METRICS
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -58,7 +63,7 @@ def empty_figure(message: str) -> go.Figure:
     figure.update_layout(
         template=TEMPLATE,
         xaxis={"visible": False}, yaxis={"visible": False},
-        annotations=[{"text": message, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+        annotations=[{"text": safe.plot(message), "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
                       "showarrow": False, "font": {"size": 15}}],
         height=320,
     )
@@ -81,7 +86,8 @@ def rate_chart(table: pd.DataFrame, *, by: str, metric: str, colors: Mapping[str
     figure = go.Figure()
     for set_name, rows in table.groupby("set", sort=False):
         figure.add_trace(go.Bar(
-            name=str(set_name), x=rows["group"].astype(str), y=rows["mean"], marker_color=palette[set_name],
+            name=safe.plot(set_name), x=[safe.plot(g) for g in rows["group"]], y=rows["mean"],
+            marker_color=palette[set_name],
             error_y={"type": "data", "symmetric": False, "array": (rows["high"] - rows["mean"]).tolist(),
                      "arrayminus": (rows["mean"] - rows["low"]).tolist(), "thickness": 1.5, "width": 4},
             customdata=rows[["low", "high", "n"]].to_numpy(),
@@ -108,7 +114,7 @@ def component_chart(long: pd.DataFrame, *, colors: Mapping[str, str] | None = No
     palette = _colors(long["set"], colors)
     figure = go.Figure()
     for set_name, rows in long.groupby("set", sort=False):
-        figure.add_trace(go.Box(name=str(set_name), x=rows["component"], y=rows["value"],
+        figure.add_trace(go.Box(name=safe.plot(set_name), x=[safe.plot(c) for c in rows["component"]], y=rows["value"],
                                 marker_color=palette[set_name], boxmean=True))
     figure.update_layout(
         template=TEMPLATE, boxmode="group",
@@ -129,9 +135,10 @@ def delta_chart(table: pd.DataFrame, *, base: str, other: str, metric: str,
     color = _colors([other], colors)[other]
     rate = metric in RATE_METRICS
     value_format = "+.1%" if rate else "+.3f"
-    labels = [f"{s} (n={n})" for s, n in zip(table["slice"], table["n"])]
+    labels = [f"{safe.plot(s)} (n={n})" for s, n in zip(table["slice"], table["n"])]
+    shown_base, shown_other = safe.plot(base), safe.plot(other)
     figure = go.Figure(go.Scatter(
-        name=f"{other} − {base}", x=table["delta"], y=labels, mode="markers",
+        name=f"{shown_other} − {shown_base}", x=table["delta"], y=labels, mode="markers", meta=[shown_base, shown_other],
         marker={"color": color, "size": 9, "symbol": "diamond"},
         error_x={"type": "data", "symmetric": False, "array": (table["high"] - table["delta"]).tolist(),
                  "arrayminus": (table["delta"] - table["low"]).tolist(), "thickness": 1.5, "width": 4,
@@ -139,14 +146,14 @@ def delta_chart(table: pd.DataFrame, *, base: str, other: str, metric: str,
         customdata=table[["low", "high", "base", "other"]].to_numpy(),
         hovertemplate=(f"%{{y}}<br>difference %{{x:{value_format}}}"
                        f"<br>95% CI [%{{customdata[0]:{value_format}}}, %{{customdata[1]:{value_format}}}]"
-                       f"<br>{base}: %{{customdata[2]:.3f}}, {other}: %{{customdata[3]:.3f}}<extra></extra>"),
+                       "<br>%{meta[0]}: %{customdata[2]:.3f}, %{meta[1]}: %{customdata[3]:.3f}<extra></extra>"),
     ))
     figure.add_vline(x=0, line={"color": ZERO_LINE, "dash": "dash", "width": 1})
     figure.update_layout(
         template=TEMPLATE, showlegend=False,
-        title={"text": f"{other} − {base}: {_metric_label(metric).lower()} "
+        title={"text": f"{shown_other} − {shown_base}: {_metric_label(metric).lower()} "
                        "<sup>(paired on common scenarios, 95% bootstrap CI)</sup>"},
-        xaxis={"title": {"text": f"Difference in {_metric_label(metric).lower()} ({other} − {base})"},
+        xaxis={"title": {"text": f"Difference in {_metric_label(metric).lower()} ({shown_other} − {shown_base})"},
                **({"tickformat": "+.0%"} if rate else {})},
         # Slices top to bottom in table order: overall first, as a forest plot reads.
         yaxis={"title": {"text": ""}, "autorange": "reversed", "type": "category"},
@@ -172,16 +179,17 @@ def training_chart(frame: pd.DataFrame, metrics: list[str], *, colors: Mapping[s
     runs = list(dict.fromkeys(shown.sort_values("label")["label"]))
     palette = _colors(runs, colors)
     figure = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08 / max(len(metrics) - 1, 1),
-                           subplot_titles=metrics)
+                           subplot_titles=[safe.plot(m) for m in metrics])
     for row, metric in enumerate(metrics, 1):
         for run in runs:
             points = shown[(shown["metric"] == metric) & (shown["label"] == run)].sort_values("step")
             if points.empty:
                 continue
             figure.add_trace(go.Scatter(
-                x=points["step"], y=points["value"], mode="lines+markers", name=run, legendgroup=run,
+                x=points["step"], y=points["value"], mode="lines+markers", name=safe.plot(run), legendgroup=run,
                 showlegend=row == 1, line={"color": palette[run], "width": 2}, marker={"size": 5},
-                hovertemplate=f"{run}<br>step %{{x}}<br>{metric} %{{y:.4g}}<extra></extra>",
+                meta=[safe.plot(metric)],
+                hovertemplate="%{fullData.name}<br>step %{x}<br>%{meta[0]} %{y:.4g}<extra></extra>",
             ), row=row, col=1)
         if metric in TRAINING_RATES:
             figure.update_yaxes(range=[0, 1.02], tickformat=".0%", row=row, col=1)
@@ -209,13 +217,14 @@ def failure_chart(table: pd.DataFrame, *, by: str, titles: Mapping[str, str]) ->
     for category in dict.fromkeys(table["category"]):
         rows = table[table["category"] == category].set_index("slice").reindex(slices)
         figure.add_trace(go.Bar(
-            y=slices, x=rows["share"], orientation="h", name=titles.get(category, category),
+            y=[safe.plot(s) for s in slices], x=rows["share"], orientation="h",
+            name=safe.plot(titles.get(category, category)),
             marker={"color": CATEGORY_COLORS.get(category, "#999999")}, customdata=rows[["count", "graded"]].values,
-            hovertemplate=f"{titles.get(category, category)}<br>%{{y}}: %{{x:.0%}} (%{{customdata[0]}} of %{{customdata[1]}})<extra></extra>",
+            hovertemplate="%{fullData.name}<br>%{y}: %{x:.0%} (%{customdata[0]} of %{customdata[1]})<extra></extra>",
         ))
     figure.update_layout(template=TEMPLATE, barmode="stack", height=120 + 28 * len(slices),
                          xaxis={"range": [0, 1], "tickformat": ".0%", "title": {"text": "share of graded episodes"}},
-                         yaxis={"autorange": "reversed", "title": {"text": by.replace("_", " ")}},
+                         yaxis={"autorange": "reversed", "title": {"text": safe.plot(by.replace("_", " "))}},
                          legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-                         title={"text": f"Why episodes failed, by {by.replace('_', ' ')}"}, margin={"t": 90})
+                         title={"text": f"Why episodes failed, by {safe.plot(by.replace('_', ' '))}"}, margin={"t": 90})
     return figure

@@ -26,7 +26,7 @@ import pandas as pd
 
 from envcore.agents.evaluate import compare, scenario_domains
 from envcore.server.sessions import SessionHub
-from ui import artifact_sets, charts, data, failure_panel, training_panel
+from ui import artifact_sets, charts, data, failure_panel, safe, training_panel
 from ui.wiring import bind, outputs
 
 DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Domain": "domain"}
@@ -80,7 +80,8 @@ class DashboardController:
     def frame(self, names: list[str] | None) -> pd.DataFrame:
         """One row per episode of the chosen sets (cached until a log changes)."""
         sets = self.rollout_sets()
-        chosen = [sets[name] for name in names or [] if name in sets]
+        # A request may send any list: only known sets, each once, key the cache (at most 17 entries).
+        chosen = [sets[name] for name in dict.fromkeys(names or []) if name in sets]
         key = tuple((s.name, artifact_sets.file_version(s)) for s in chosen)
         with self._lock:
             frame = self._frames.get(key)
@@ -127,12 +128,13 @@ class DashboardController:
         sets = self.rollout_sets()
         result = compare(artifact_sets.load_records(sets[base]), artifact_sets.load_records(sets[other]))
         d = result["reward_difference"]
-        text = (f"**{other}** against **{base}** on {result['scenarios']} scenarios both played: mean reward "
-                f"{result['other_mean_reward']:+.3f} vs {result['base_mean_reward']:+.3f}, difference {d['mean']:+.3f} "
-                f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95% paired bootstrap); full fixes "
-                f"{result['full_fix']['other']:.0f} vs {result['full_fix']['base']:.0f} "
-                f"(only {other}: {result['full_fix']['only_other']}, only {base}: {result['full_fix']['only_base']})."
-                if result["scenarios"] else f"{base} and {other} have no scenario in common.")
+        a, b = safe.markdown(other), safe.markdown(base)
+        text = (f"**{a}** against **{b}** on {result['scenarios']} scenarios both played: mean reward "
+                + safe.markdown(f"{result['other_mean_reward']:+.3f} vs {result['base_mean_reward']:+.3f}, difference "
+                                f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95% paired bootstrap); "
+                                f"full fixes {result['full_fix']['other']:.0f} vs {result['full_fix']['base']:.0f}")
+                + f" (only {a}: {result['full_fix']['only_other']}, only {b}: {result['full_fix']['only_base']})."
+                if result["scenarios"] else f"{b} and {a} have no scenario in common.")
         return {"delta": charts.delta_chart(table, base=base, other=other, metric=measure, colors=self.colors()),
                 "delta_text": text}
 
@@ -160,7 +162,7 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
         c["base"] = gr.Dropdown([], label="Baseline set", elem_id="dash-base")
         c["other"] = gr.Dropdown([], label="Compared set", elem_id="dash-other")
         c["delta_metric"] = gr.Radio(list(DELTA_METRICS), value="Reward", label="Difference in")
-    c["delta_text"] = gr.Markdown("", elem_id="dash-delta-text")
+    c["delta_text"] = safe.markdown_component("", elem_id="dash-delta-text")
     c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta")
     c.update(training_panel.build())
     c.update(failure_panel.build())

@@ -10,7 +10,8 @@ It reads what ``python -m envcore feedback analyze`` and ``feedback plan`` write
 - the sampling weights: those the server samples with (``A01_WEIGHTS``, uniform when unset) beside
   every planned weights file.
 
-Analyses are cached per file version (path, modification time, size).
+Analyses are cached per file version (path, modification time, size), one entry per analysis on
+disk: a name a request makes up is not read.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from ui import artifact_sets, charts
+from ui import artifact_sets, charts, safe
 
 DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Agent": "agent", "Domain": "domain"}
 EXAMPLE_COLUMNS = ["category", "agent", "scenario_id", "seed", "bug_class", "tier", "detail", "rollout set"]
@@ -50,6 +51,10 @@ class FailurePanel:
         return sorted(p.parent.relative_to(self.folder).as_posix() for p in self.folder.rglob("analysis.json"))
 
     def load(self, name: str) -> dict[str, Any] | None:
+        """The analysis called ``name`` (one of :meth:`analyses`; any other name, a path a request made
+        up included, is ``None`` and reads nothing), cached per file version."""
+        if name not in self.analyses():
+            return None
         path = self.folder / name / "analysis.json"
         try:
             stat = path.stat()
@@ -139,11 +144,12 @@ class FailurePanel:
         overall = analysis["overall"]
         top = sorted(((n, c) for c, n in overall["counts"].items() if n and c not in ("solved", "infrastructure")),
                      reverse=True)[:3]
-        text = (f"**{name}**: {overall['episodes']} episodes from {len(analysis['sets'])} log(s), cache "
-                f"{analysis.get('cache')}; {overall['counts'].get('solved', 0)} solved; most common failures: "
-                + ", ".join(f"{titles.get(c, c)} ({n})" for n, c in top)
-                + f"; {overall['counts'].get('infrastructure', 0)} infrastructure failures, not counted. "
-                "Choose an example row to watch that episode.")
+        text = (f"**{safe.markdown(name)}**: "
+                + safe.markdown(f"{overall['episodes']} episodes from {len(analysis['sets'])} log(s), cache "
+                                f"{analysis.get('cache')}; {overall['counts'].get('solved', 0)} solved; most common "
+                                "failures: " + ", ".join(f"{titles.get(c, c)} ({n})" for n, c in top)
+                                + f"; {overall['counts'].get('infrastructure', 0)} infrastructure failures, not "
+                                "counted. Choose an example row to watch that episode."))
         return {"failures": text,
                 "fail_chart": charts.failure_chart(self.category_table(analysis, by), by=by, titles=titles),
                 "fail_examples": self.example_table(analysis), "weights": weights}
@@ -162,7 +168,7 @@ def build() -> dict[str, Any]:
     :class:`FailurePanel` that fills them)."""
     c: dict[str, Any] = {}
     gr.Markdown("#### Failure analysis")
-    c["failures"] = gr.Markdown(NO_ANALYSIS, elem_id="dash-failures")
+    c["failures"] = safe.markdown_component(NO_ANALYSIS, elem_id="dash-failures")
     with gr.Row():
         c["fail_analysis"] = gr.Dropdown([], label="Analysis (artifacts/feedback)", elem_id="dash-fail-analysis")
         c["fail_dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by",

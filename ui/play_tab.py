@@ -23,9 +23,9 @@ import pandas as pd
 from envcore.env.actions import A01Observation, A01State
 from envcore.env.environment import ResetError
 from envcore.patching import make_diff
-from envcore.server.sessions import SessionError, SessionHub, human_agent_id
-from ui import rollout_view
-from ui.wiring import UserError, bind, outputs
+from envcore.server.sessions import HUMAN_STEP_BUDGETS, SessionError, SessionHub, Visitor, human_agent_id
+from ui import rollout_view, safe
+from ui.wiring import UserError, bind, outputs, toast
 
 ANY = "any"
 ANONYMOUS = "(anonymous)"
@@ -48,6 +48,16 @@ def _seed(value: Any) -> int | None:
     if not text.isdigit() or len(text) > 18:
         raise UserError(f"The seed must be a non-negative integer (or empty to draw one), not {text[:20]!r}.")
     return int(text)
+
+
+def _budget(value: Any) -> int:
+    """The step budget: the slider's value, brought into its range (a request can send any number)."""
+    try:
+        budget = int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"The step budget must be a number from {HUMAN_STEP_BUDGETS[0]} to "
+                        f"{HUMAN_STEP_BUDGETS[1]}.") from None
+    return min(max(budget, HUMAN_STEP_BUDGETS[0]), HUMAN_STEP_BUDGETS[1])
 
 
 class PlayController:
@@ -80,23 +90,28 @@ class PlayController:
 
     def _after(self, sid: str, observation: A01Observation, *, show_diff: bool = False, **named: Any) -> dict[str, Any]:
         if observation.error:
-            gr.Warning(f"Refused: {observation.error}")
+            toast(f"Refused: {observation.error}")
         return self._progress(sid, observation, show_diff=show_diff, **named)
 
     # ----- actions -----------------------------------------------------------------------------
     def new_episode(self, sid: str | None, split: str, bug_class: str, tier: str, domain: str, scenario: str,
-                    seed: str | int | None, budget: float, nickname: str) -> dict[str, Any]:
+                    seed: str | int | None, budget: float, nickname: str, *,
+                    visitor: Visitor | None = None) -> dict[str, Any]:
         seed = _seed(seed)
+        max_steps = _budget(budget)
+        opened = None
         try:
             if not self.hub.is_open(sid):
-                sid = self.hub.open()
+                sid = opened = self.hub.open(visitor=visitor)
             assert sid is not None
             observation = self.hub.reset(
                 sid, seed=seed, split=_option(split),
                 tier=None if _option(tier) is None else int(tier), bug_class=_option(bug_class),
-                domain=_option(domain), scenario=_option((scenario or "").strip()), max_steps=int(budget),
+                domain=_option(domain), scenario=_option((scenario or "").strip()), max_steps=max_steps,
                 agent_id=human_agent_id(nickname, sid))
         except (SessionError, ResetError) as exc:
+            if opened:  # a session opened for an episode that could not start must not keep its slot
+                self.hub.close(opened)
             raise UserError(str(exc)) from None
         intro = observation.result or {}
         users = [u["username"] for u in intro.get("users", [])]
@@ -177,19 +192,19 @@ class PlayController:
         sid, observation = self._step(sid, {"tool": "submit"})
         verdict = self.hub.verdict(sid) or {}
         return self._after(
-            sid, observation, verdict=observation.text,
+            sid, observation, verdict=safe.markdown_lines(observation.text),
             breakdown=rollout_view.breakdown_frame(verdict.get("reward_breakdown") or observation.reward_breakdown),
             probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True), show_diff=True)
 
 
 def status_text(state: A01State, observation: A01Observation | None = None) -> str:
-    parts = [f"Scenario `{state.scenario_id}`", f"step {state.step_count} of {state.max_steps}",
-             f"phase **{state.phase}**"]
+    parts = [f"Scenario {safe.code(state.scenario_id)}", f"step {state.step_count} of {state.max_steps}",
+             f"phase **{safe.markdown(state.phase)}**"]
     if state.invalid_actions:
         parts.append(f"{state.invalid_actions} refused")
     line = " · ".join(parts)
     if observation is not None and observation.error:
-        line += f"\n\n⚠️ Refused: {observation.error}"
+        line += f"\n\n⚠️ Refused: {safe.markdown(observation.error)}"
     if state.done:
         line += "\n\nThe episode is over: see **Submit** for the verdict, or start a new episode."
     return line
@@ -201,11 +216,17 @@ def log_frame(state: A01State) -> pd.DataFrame:
 
 
 def task_markdown(intro: dict[str, Any]) -> str:
+    """The scenario's task, access policy and seeded users. Their text comes from the scenario cache
+    (authored by templates or a language model, or imported with an app), so it is shown as text,
+    line by line, with its `code` as code spans (:func:`ui.safe.markdown_lines`); a user's fields are
+    escaped table cells."""
     users = intro.get("users", [])
     table = ["| user | role | tenant |", "| --- | --- | --- |"] + [
-        f"| `{u['username']}` | {u['role']} | {u.get('tenant') or ''} |" for u in users]
-    return f"### Task\n\n{intro.get('task', '')}\n\n### Access policy\n\n{intro.get('policy', '')}\n\n" \
-           f"### Seeded users\n\n" + "\n".join(table)
+        f"| {safe.code(u.get('username', ''))} | {safe.markdown(u.get('role', ''))} | "
+        f"{safe.markdown(u.get('tenant') or '')} |" for u in users]
+    return (f"### Task\n\n{safe.markdown_lines(intro.get('task', ''), code_spans=True)}\n\n"
+            f"### Access policy\n\n{safe.markdown_lines(intro.get('policy', ''), code_spans=True)}\n\n"
+            "### Seeded users\n\n" + "\n".join(table))
 
 
 def response_text(observation: A01Observation) -> str:
@@ -235,14 +256,14 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
         c["scenario"] = gr.Textbox(label="Scenario id or content hash (optional)", placeholder="e.g. 0082e596",
                                    elem_id="play-scenario")
         c["seed"] = gr.Textbox(label="Seed (optional; empty draws one)", placeholder="e.g. 7", max_length=18)
-        c["budget"] = gr.Slider(10, 200, value=60, step=1, label="Step budget")
+        c["budget"] = gr.Slider(*HUMAN_STEP_BUDGETS, value=60, step=1, label="Step budget")
         c["nickname"] = gr.Textbox(label="Your name (optional, recorded with the episode)", max_length=32)
     c["new"] = gr.Button("New episode", variant="primary", elem_id="play-new")
-    c["status"] = gr.Markdown(NO_EPISODE, elem_id="play-status")
+    c["status"] = safe.markdown_component(NO_EPISODE, elem_id="play-status")
     c["editing"] = gr.State("")
     with gr.Tabs():
         with gr.Tab("Task & policy"):
-            c["task"] = gr.Markdown("", elem_id="play-task")
+            c["task"] = safe.markdown_component("", elem_id="play-task")
         with gr.Tab("Code"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=200):
@@ -276,7 +297,7 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
         with gr.Tab("Submit"):
             c["submit"] = gr.Button("Submit (ends the episode; every probe runs)", variant="stop",
                                     elem_id="play-submit")
-            c["verdict"] = gr.Markdown("", elem_id="play-verdict")
+            c["verdict"] = safe.markdown_component("", elem_id="play-verdict")
             c["breakdown"] = gr.Dataframe(rollout_view.breakdown_frame(None), label="Reward breakdown",
                                           elem_id="play-breakdown", wrap=True)
             c["probes"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS), column_widths=PROBE_WIDTHS,
@@ -287,7 +308,7 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
     out = outputs({k: v for k, v in c.items() if k not in ("new", "search", "apply", "apply_patch", "send",
                                                              "run_tests", "view_diff", "submit")})
     named = {k: v for k, v in c.items()}
-    c["new"].click(bind(ctrl.new_episode, named), [c["sid"], c["split"], c["bug_class"], c["tier"], c["domain"],
+    c["new"].click(bind(ctrl.new_episode, named, visitor=True), [c["sid"], c["split"], c["bug_class"], c["tier"], c["domain"],
                                                     c["scenario"], c["seed"], c["budget"], c["nickname"]], out)
     c["files"].input(bind(ctrl.open_file, named), [c["sid"], c["files"]], out)
     c["apply"].click(bind(ctrl.apply_edit, named), [c["sid"], c["editing"], c["editor"]], out)

@@ -11,8 +11,11 @@ Choices:
   the model wrote, format errors included. What it ran is read back from the observation's ``tool``,
   and a request inside a reply is read with the environment's own reply parser, so the transcript
   shows the exchange exactly as the environment understood it.
-* Text that came from an app or an agent goes into Markdown only inside code spans and fences long
-  enough not to be closed by backticks in it, so a response body cannot restyle or break the page.
+* Text that came from an app, an agent or a visitor goes into Markdown only through :mod:`ui.safe`:
+  inside code spans and fences long enough not to be closed by backticks in it, or escaped to plain
+  text, so a response body, a model's reply or a forged log cannot restyle the page, break it, or put
+  an element on it. The fields of :class:`StepView` other than ``transcript_markdown`` are plain text;
+  whoever puts them into Markdown escapes them.
 * Hidden probes are part of the server-side log; :func:`probe_frame` shows them unless asked not to
   (a human who is still playing must not see them).
 """
@@ -20,7 +23,6 @@ Choices:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,7 @@ import pandas as pd
 
 from envcore.env.episode_log import EpisodeRecord, StepEntry
 from envcore.env.reply import parse_action_text
+from ui import safe
 
 BODY_CHARS = 300
 """Response bodies in the transcript are cut to this many characters (the full body is in the step)."""
@@ -58,19 +61,6 @@ def step_count(record: EpisodeRecord) -> int:
     return len(record.steps)
 
 
-def _code(text: str) -> str:
-    """``text`` as an inline code span that no backtick inside it can close."""
-    text = " ".join(str(text).split())
-    ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
-
-
-def _fence(text: str, language: str = "") -> str:
-    ticks = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    return f"{ticks}{language}\n{text}\n{ticks}"
-
-
 def _shorten(text: str, limit: int = BODY_CHARS) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more characters)"
@@ -97,20 +87,20 @@ def _exchange(entry: StepEntry) -> str | None:
     request = _request_of(entry) or {}
     who = request.get("as_user") or "anonymous"
     line = f"{str(request.get('method', 'GET')).upper()} {request.get('path', '?')} as {who}"
-    parts = [f"**Step {entry.step}** · {_code(line)}"]
+    parts = [f"**Step {entry.step}** · {safe.code(line)}"]
     if request.get("json_body") is not None:
-        parts.append(_fence(json.dumps(request["json_body"], indent=2, ensure_ascii=False), "json"))
+        parts.append(safe.fence(json.dumps(request["json_body"], indent=2, ensure_ascii=False), "json"))
     result = entry.observation.get("result")
     error = entry.observation.get("error")
     if isinstance(result, dict) and result.get("status") is not None:
-        parts.append(f"→ **{result['status']}**")
+        parts.append(f"→ **{safe.markdown(result['status'])}**")
         body = str(result.get("body") or "")
         if body.strip():
-            parts.append(_fence(_shorten(body)))
+            parts.append(safe.fence(_shorten(body)))
     elif isinstance(result, dict):
-        parts.append(f"→ no response: {_code(result.get('error') or 'unknown error')}")
+        parts.append(f"→ no response: {safe.code(result.get('error') or 'unknown error')}")
     else:
-        parts.append(f"→ refused: {_code(error or 'no result')}")
+        parts.append(f"→ refused: {safe.code(error or 'no result')}")
     return "\n\n".join(parts)
 
 
@@ -159,8 +149,9 @@ def _resolution(record: EpisodeRecord) -> str | None:
 
 
 def _count(verification: dict[str, Any], kind: str) -> str:
+    """``passed/total`` of one probe kind, as Markdown (a forged log's counts may be any text)."""
     counts = verification.get(kind) or {}
-    return f"{counts.get('passed', '?')}/{counts.get('total', '?')}"
+    return f"{safe.markdown(counts.get('passed', '?'))}/{safe.markdown(counts.get('total', '?'))}"
 
 
 def outcome_markdown(record: EpisodeRecord) -> str:
@@ -168,18 +159,19 @@ def outcome_markdown(record: EpisodeRecord) -> str:
     resolution = _resolution(record)
     reward = (f"{record.reward:+.3f}" if record.reward is not None
               else "none (infrastructure error: not counted)" if record.outcome == "infrastructure_error" else "none")
-    lines = [f"**Outcome:** {record.outcome.replace('_', ' ')} · **resolution:** "
-             f"{resolution.upper() if resolution else 'not graded'} · **reward:** {reward}"]
+    lines = [(f"**Outcome:** {safe.markdown(record.outcome.replace('_', ' '))} · **resolution:** "
+              f"{safe.markdown(str(resolution).upper() if resolution else 'not graded')} · **reward:** {reward}")]
     verification = record.verification or {}
     if any(verification.get(kind) for kind in ("security", "regression", "trap")):
         lines.append(f"Exploits refused {_count(verification, 'security')} · legitimate use kept "
                      f"{_count(verification, 'regression')} · traps respected {_count(verification, 'trap')}")
     if verification.get("load_error"):
-        lines.append(f"The app did not load: {_code(_shorten(str(verification['load_error'])))}")
+        lines.append(f"The app did not load: {safe.code(_shorten(str(verification['load_error'])))}")
     if verification.get("infrastructure_error"):
-        lines.append(f"Infrastructure error: {_code(_shorten(str(verification['infrastructure_error'])))}")
-    lines.append(f"Agent {_code(record.agent_id)} on scenario {_code(record.scenario_id)} "
-                 f"({record.bug_class}, tier {record.tier}) · {step_count(record)} of {record.max_steps} steps")
+        lines.append(f"Infrastructure error: {safe.code(_shorten(str(verification['infrastructure_error'])))}")
+    lines.append(f"Agent {safe.code(record.agent_id)} on scenario {safe.code(record.scenario_id)} "
+                 f"({safe.markdown(record.bug_class)}, tier {record.tier}) · {step_count(record)} of "
+                 f"{record.max_steps} steps")
     return "\n\n".join(lines)
 
 

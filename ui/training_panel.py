@@ -23,7 +23,7 @@ import gradio as gr
 import pandas as pd
 
 from envcore.training.metrics import metric_names, read_metrics
-from ui import charts
+from ui import charts, safe
 
 DEFAULT_METRICS = ("env/reward", "env/full_fix", "env/partial", "env/format_error_rate")
 NO_RUNS = ("No training run has been recorded yet: curves (reward, reward components and solve rates over steps) are "
@@ -76,16 +76,16 @@ class TrainingPanel:
             rows = frame[frame["label"] == label]
             run = rows["run"].iloc[0] if len(rows) else label
             steps = rows[rows["metric"].isin(("reward", "env/reward"))]["step"].nunique()
-            line = f"- **{label}**: {steps} GRPO steps logged"
+            line = f"- **{safe.markdown(label)}**: {steps} GRPO steps logged"
             summary = self._training_summary(str(run))
             if summary:
                 timing = summary.get("timing", {})
                 if timing.get("steps"):
-                    line += (f"; {timing['seconds_per_step_median']:.2f} s per GRPO step (median), environment "
-                             f"{timing['env_share']:.1%} of step time")
+                    line += safe.markdown(f"; {timing['seconds_per_step_median']:.2f} s per GRPO step (median), "
+                                          f"environment {timing['env_share']:.1%} of step time")
                 description = (summary.get("config", {}).get("description") or "").strip()
                 if description:
-                    line += f". {description}"
+                    line += f". {safe.markdown(description)}"
             lines.append(line)
         return "\n".join(lines)
 
@@ -125,7 +125,7 @@ def build() -> dict[str, Any]:
     dashboard's controller owns the :class:`TrainingPanel` that fills them)."""
     c: dict[str, Any] = {}
     gr.Markdown("#### Training curves")
-    c["train_text"] = gr.Markdown(NO_RUNS, elem_id="dash-training")
+    c["train_text"] = safe.markdown_component(NO_RUNS, elem_id="dash-training")
     with gr.Row():
         c["train_runs"] = gr.CheckboxGroup([], label="Runs", elem_id="dash-train-runs")
         c["train_metrics"] = gr.Dropdown([], multiselect=True, label="Metrics", elem_id="dash-train-metrics")

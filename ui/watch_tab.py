@@ -22,8 +22,8 @@ import gradio as gr
 
 from envcore.env.environment import ResetError
 from envcore.env.episode_log import EpisodeRecord
-from envcore.server.sessions import SessionError, SessionHub
-from ui import artifact_sets, rollout_view
+from envcore.server.sessions import SessionError, SessionHub, Visitor
+from ui import artifact_sets, rollout_view, safe
 from ui.wiring import UserError, bind, outputs
 
 NONE = ""
@@ -112,17 +112,21 @@ class WatchController:
     def live_choices(self) -> list[tuple[str, str]]:
         return [(agent.label, name) for name, agent in self.hub.live_agents().items()]
 
-    def start_live(self, sid: str | None, agent: str | None, scenario: str | None) -> dict[str, Any]:
+    def start_live(self, sid: str | None, agent: str | None, scenario: str | None, *,
+                   visitor: Visitor | None = None) -> dict[str, Any]:
         if not agent:
             raise UserError("Pick an agent to run.")
         if not scenario:
             raise UserError("Pick a scenario above first: the agent plays the scenario shown.")
+        opened = None
         try:
             if not self.hub.is_open(sid):
-                sid = self.hub.open(kind="live")
+                sid = opened = self.hub.open(kind="live", visitor=visitor)
             assert sid is not None
             self.hub.start_agent(sid, agent, scenario=scenario, seed=0)
         except (SessionError, ResetError) as exc:
+            if opened:  # a session opened for an agent that could not start must not keep its slot
+                self.hub.close(opened)
             raise UserError(str(exc)) from None
         return {"live_sid": sid, **self._live_view(sid)}
 
@@ -156,9 +160,9 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
                 f"{side}_transcript": "", f"{side}_outcome": "",
                 f"{side}_breakdown": rollout_view.breakdown_frame(None), f"{side}_diff": ""}
     view = rollout_view.step_view(record, index)
-    title = f"**{record.agent_id}** · {view.title}"
+    title = f"**{safe.markdown(record.agent_id)}** · {safe.markdown(view.title)}"
     if view.error:
-        title += f"\n\n⚠️ refused: {view.error}"
+        title += f"\n\n⚠️ refused: {safe.markdown(view.error)}"
     return {
         f"{side}_title": title,
         f"{side}_action": view.action_json,
@@ -172,14 +176,14 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
 
 def _side(c: dict[str, Any], side: str, heading: str) -> None:
     gr.Markdown(f"#### {heading}")
-    c[f"{side}_title"] = gr.Markdown(EMPTY_SIDE, elem_id=f"watch-{side}-title")
+    c[f"{side}_title"] = safe.markdown_component(EMPTY_SIDE, elem_id=f"watch-{side}-title")
     c[f"{side}_action"] = gr.Code("", language="json", label="Action", lines=4, elem_id=f"watch-{side}-action")
     c[f"{side}_observation"] = gr.Code("", language=None, label="Observation", lines=10, max_lines=24,
                                        elem_id=f"watch-{side}-observation")
     with gr.Accordion("HTTP transcript so far", open=False):
-        c[f"{side}_transcript"] = gr.Markdown("")
+        c[f"{side}_transcript"] = safe.markdown_component("", elem_id=f"watch-{side}-transcript")
     with gr.Accordion("Outcome, reward breakdown and final diff", open=side == "live"):
-        c[f"{side}_outcome"] = gr.Markdown("", elem_id=f"watch-{side}-outcome")
+        c[f"{side}_outcome"] = safe.markdown_component("", elem_id=f"watch-{side}-outcome")
         c[f"{side}_breakdown"] = gr.Dataframe(rollout_view.breakdown_frame(None), label="Reward breakdown", wrap=True)
         c[f"{side}_diff"] = gr.Code("", language=None, label="Final diff", lines=6)
 
@@ -223,7 +227,7 @@ def build(hub: SessionHub, artifacts: Path, *, ttl_s: float) -> dict[str, Any]:
     c["index"].release(bind(ctrl.show, named), view_inputs, out)
     c["back"].click(bind(ctrl.step_back, named), view_inputs, out)
     c["forward"].click(bind(ctrl.step_forward, named), view_inputs, out)
-    c["live_start"].click(bind(ctrl.start_live, named), [c["live_sid"], c["live_agent"], c["scenario"]], out)
+    c["live_start"].click(bind(ctrl.start_live, named, visitor=True), [c["live_sid"], c["live_agent"], c["scenario"]], out)
     c["live_step"].click(bind(ctrl.live_step, named), [c["live_sid"]], out)
     c["live_run"].click(bind(ctrl.live_run, named), [c["live_sid"]], out)
     c["controller"] = ctrl
