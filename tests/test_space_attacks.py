@@ -114,7 +114,7 @@ def forged_record(agent_id: str, *, source: str, scenario: str = SCENARIO) -> Ep
              "expected": [PAYLOAD], "got": [PAYLOAD], "failures": [PAYLOAD]}
     return EpisodeRecord(
         episode_id=uuid.uuid4().hex, agent_id=agent_id, source=source, scenario_id=scenario,
-        scenario_hash="0" * 64, cache_version="v1", bug_class="mass_assignment", tier=1, split="test", seed=0,
+        scenario_hash="0" * 64, cache_version="v1", bug_class=f"mass_assignment {IMG}", tier=1, split="test", seed=0,
         started_at=time.time(), ended_at=time.time(), outcome="submitted", max_steps=30, steps=steps,
         diff=PAYLOAD,
         verification={"outcome": "load_error", "resolution": INLINE, "load_error": PAYLOAD,
@@ -487,6 +487,7 @@ def test_script_in_a_human_play_log_does_not_run_in_another_visitors_watch_tab(v
                                   f"{forged.reward_breakdown['resolution'].upper()} {forged.reward:+.2f}",
                           len(forged.steps))
     assert f"human:{normalized(INLINE)}" in normalized(titles[0])  # a nickname no sanitizer saw
+    assert IMG in page.locator("#watch-scenario input").input_value()  # a bug class, as a dropdown label
     assert normalized(PAYLOAD) in normalized(page.locator("#watch-left-transcript").inner_text())
     shot(page, "attack-watch-forged")
     assert_untouched(viewer)
@@ -741,7 +742,7 @@ def test_one_browser_cannot_hold_every_play_session_of_the_space(visit, space):
 
 # ----- growth ---------------------------------------------------------------------------------------------
 def test_the_human_play_log_stays_under_its_cap_on_disk(tmp_path, shipped, sandbox, monkeypatch):
-    from envcore.server.sessions import CappedEpisodeLog
+    from envcore.server.capped_log import CappedEpisodeLog
 
     record = forged_record("human:visitor", source="human")
     size = len(record.model_dump_json()) + 1
@@ -821,3 +822,26 @@ def test_the_dashboard_and_watch_caches_do_not_grow_with_what_a_visitor_sends(ta
         with pytest.raises(Exception, match="no rollout set"):
             watch.records(f"no-such-set-{number}")
     assert {key[0] for key in watch._by_scenario} <= set(watch.rollout_sets())
+
+
+def test_a_public_servers_episode_log_can_be_capped_too(tmp_path, shipped, monkeypatch):
+    """``A01_EPISODE_LOG`` records every ``/ws`` episode, played by anyone the server is open to."""
+    from fastapi.testclient import TestClient
+
+    from envcore.env.server import create_env_app
+    from envcore.server.capped_log import CappedEpisodeLog
+
+    monkeypatch.setenv("A01_EPISODE_LOG_MAX_BYTES", "100")  # under one record: each file holds one
+    path = tmp_path / "episodes.jsonl"
+    runtime = Runtime(sampler=CurriculumSampler(shipped), logger=EpisodeLogger(path))
+    client = TestClient(create_env_app(runtime, max_sessions=2))
+    assert isinstance(runtime.logger, CappedEpisodeLog)
+    for seed in range(3):
+        with client.websocket_connect("/ws") as ws:  # reset, then leave: an abandoned episode, logged
+            ws.send_json({"type": "reset", "data": {"seed": seed}})
+            assert ws.receive_json()["type"] == "observation"
+    deadline = time.monotonic() + 10
+    while runtime.logger.rotations < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert runtime.logger.rotations == 2
+    assert [len(list(read_episodes(p))) for p in (path, runtime.logger.previous)] == [1, 1]

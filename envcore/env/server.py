@@ -14,9 +14,11 @@ The server is public, so no single client may take it (:mod:`envcore.server.guar
 is): one client holds at most ``A01_MAX_SESSIONS_PER_CLIENT`` sessions (default a quarter of
 ``A01_MAX_SESSIONS``), however it opens them (``/ws``, the ``/mcp`` WebSocket, or ``/mcp``'s
 ``openenv/session/create``); one more is refused with OpenEnv's capacity error saying so, while other
-clients still get theirs. Request bodies are at most ``A01_MAX_BODY_BYTES`` (default 2 MiB; more is a
-413) and WebSocket messages at most ``A01_MAX_WS_MESSAGE_BYTES`` (default 2 MiB; more closes that
-connection with code 1009). The app is OpenEnv's, built as :func:`openenv.core.env_server.http_server.
+clients still get theirs. Request bodies are at most ``A01_MAX_BODY_BYTES`` (default 8 MiB; more is a
+413) and WebSocket messages at most ``A01_MAX_WS_MESSAGE_BYTES`` (default 8 MiB; more closes that
+connection with code 1009). The episode log (``A01_EPISODE_LOG``) keeps every record unless
+``A01_EPISODE_LOG_MAX_BYTES`` is set; then it is a :class:`~envcore.server.capped_log.CappedEpisodeLog`
+(moved aside to ``<name>.1`` when full), which a server open to the public should use. The app is OpenEnv's, built as :func:`openenv.core.env_server.http_server.
 create_fastapi_app` builds it, with :class:`_SessionPool` (OpenEnv's server, counting sessions per
 client) in place of its server class. ``POST /reset`` with options
 that cannot be satisfied (:class:`~envcore.env.environment.ResetError`) is a 422 saying why, not a 500,
@@ -48,6 +50,8 @@ from starlette.exceptions import HTTPException
 
 from envcore.env.actions import A01Action, A01Observation, A01State
 from envcore.env.environment import A01Environment, ResetError, Runtime, default_runtime
+from envcore.env.episode_log import EpisodeLogger
+from envcore.server.capped_log import CappedEpisodeLog
 from envcore.server.catalog import catalog_router
 from envcore.server.guard import (
     CURRENT_CLIENT,
@@ -115,6 +119,11 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
         os.environ.get("A01_SESSION_TIMEOUT_S", DEFAULT_SESSION_TIMEOUT_S))
     per_client = max_sessions_per_client or per_client_cap(sessions, "A01_MAX_SESSIONS_PER_CLIENT")
     policy = policy or ClientPolicy.from_environ()
+
+    if os.environ.get("A01_EPISODE_LOG_MAX_BYTES") and isinstance(runtime.logger, EpisodeLogger):
+        runtime.logger.close()  # the same file, from now on kept under the cap
+        runtime.logger = CappedEpisodeLog(  # type: ignore[assignment]  # writes like one
+            runtime.logger.path, env_bytes("A01_EPISODE_LOG_MAX_BYTES", 1))
 
     if runtime.sandbox is None:
         runtime.sessions = max(runtime.sessions or 0, sessions)
