@@ -665,8 +665,9 @@ def test_forwarded_for_is_believed_only_from_a_trusted_proxy(shipped):
     assert policy.client("10.1.2.3", ["203.0.113.5, 10.9.9.9"]) == "203.0.113.5"  # a chain of trusted proxies
     assert policy.client("192.0.2.1", ["203.0.113.5"]) == "192.0.2.1"  # not a proxy: its header means nothing
     assert policy.client("10.1.2.3", ["not-an-address"]) == "10.1.2.3"
-    anywhere = ClientPolicy.from_environ({"SPACE_ID": "someone/space"})
+    anywhere = ClientPolicy.from_environ({"SPACE_ID": "someone/space"})  # behind a hosting network's proxies
     assert anywhere.client("10.1.2.3", ["127.0.0.1, 203.0.113.5"]) == "203.0.113.5"  # a forged first entry is not read
+    assert anywhere.client("10.1.2.3", ["198.51.100.66, 203.0.113.5, 10.9.9.9"]) == "203.0.113.5"  # nor an inner hop
     assert anywhere.is_capped("203.0.113.5") and not anywhere.is_capped("127.0.0.1")
     assert ClientPolicy.from_environ({"A01_UNCAPPED_CLIENTS": ""}).is_capped("127.0.0.1")
 

@@ -8,8 +8,10 @@ JSON routes. Three things here, used by :func:`envcore.env.server.create_env_app
   (``A01_TRUSTED_PROXIES``: addresses or networks, comma-separated, or ``*`` for any peer); anyone else
   could write any address into it. The client is then the rightmost forwarded address that is not
   itself a trusted proxy: the address the outermost trusted proxy saw, which a client cannot forge by
-  sending the header itself. With ``*`` only the peer is trusted, so the client is the rightmost entry
-  (the address the proxy appended). A Hugging Face Space (``SPACE_ID`` set) is reachable only through
+  sending the header itself (a proxy appends to what it is sent). With ``*`` any peer is a proxy, and
+  so is every hop inside the hosting network (private, shared, loopback and link-local addresses,
+  :data:`INTERNAL_NETWORKS`), so the client is the rightmost public address in the header: the one the
+  hosting network's edge appended. A Hugging Face Space (``SPACE_ID`` set) is reachable only through
   its proxy, so there the default is ``*``; elsewhere it is none. Clients in ``A01_UNCAPPED_CLIENTS``
   (default loopback: a trainer, an evaluation or a benchmark on the same machine opens every session
   it needs) are not capped; empty: every client is.
@@ -42,6 +44,9 @@ CURRENT_CLIENT: ContextVar[str | None] = ContextVar("a01_client", default=None)
 """The resolved client address of the request being served (``None`` outside a request)."""
 
 DEFAULT_UNCAPPED = ("127.0.0.0/8", "::1")
+INTERNAL_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8",
+                     "169.254.0.0/16", "::1/128", "fc00::/7", "fe80::/10")
+"""Addresses of a hosting network's own hops (RFC 1918, shared, loopback, link-local, unique local)."""
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 """HTTP request bodies. An action's largest argument (a 256 KiB diff, a 200,000-character reply, JSON-
 escaped) fits many times over, and an action a few megabytes too large still reaches validation, which
@@ -83,13 +88,16 @@ def _within(address: str | None, networks: tuple[_Network, ...]) -> bool:
     return parsed is not None and any(parsed in network for network in networks)
 
 
+_INTERNAL = _networks(INTERNAL_NETWORKS, "INTERNAL_NETWORKS")
+
+
 @dataclass(frozen=True)
 class ClientPolicy:
     """How a request's client address is found, and whom per-client caps spare (see the module)."""
 
     trusted_proxies: tuple[_Network, ...] = ()
     trust_any_proxy: bool = False
-    """``A01_TRUSTED_PROXIES=*``: any peer is a proxy; only the entry it appended is believed."""
+    """``A01_TRUSTED_PROXIES=*``: any peer is a proxy, and so are the hosting network's own hops."""
     uncapped: tuple[_Network, ...] = ()
 
     @classmethod
@@ -113,10 +121,11 @@ class ClientPolicy:
         if peer is None or not self.is_proxy(peer):
             return peer
         hops = [h.strip() for value in forwarded_for for h in value.split(",") if h.strip()]
+        trusted = _INTERNAL if self.trust_any_proxy else self.trusted_proxies
         for hop in reversed(hops):
             if _address(hop) is None:  # not an address (a name, "unknown", garbage): stop believing the chain
                 return peer
-            if self.trust_any_proxy or not _within(hop, self.trusted_proxies):
+            if not _within(hop, trusted):
                 return str(_address(hop))
         return str(_address(hops[0])) if hops else peer
 
