@@ -36,6 +36,7 @@ import httpx
 import pytest
 from markdown_it import MarkdownIt
 
+from envcore.cache import ScenarioCache
 from envcore.env.bench import free_port, start_server
 from envcore.env.environment import Runtime
 from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, StepEntry, read_episodes
@@ -45,8 +46,8 @@ from envcore.server.sessions import SessionHub
 from ui import dashboard_tab, play_tab, rollout_view, watch_tab
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = "04aac9fbaabf02ee"  # test split, tier 1; app/main.py is its entrypoint
-FORGED_SCENARIO = "0082e5962f12344f"
+SCENARIO, FORGED_SCENARIO = ScenarioCache.open().ids(split="test")[:2]
+"""Scenarios of the cache the Space serves: one a visitor plays, one a forged record names."""
 
 # ----- payloads ------------------------------------------------------------------------------------
 IMG = '<img src=x onerror="window.__pwned=1">'
@@ -78,19 +79,21 @@ def play_hostile_human_episode(hub: SessionHub, nickname: str) -> None:
     them in its error."""
     sid = hub.open()
     hub.reset(sid, scenario=SCENARIO, agent_id=f"human:{nickname}")
-    main = hub.current_file(sid, "app/main.py")
+    module, app = hub.runtime.cache.load(SCENARIO).entrypoint.split(":")
+    path = module.replace(".", "/") + ".py"
+    main = hub.current_file(sid, path)
     assert main is not None
     hub.step(sid, {"tool": INLINE})  # an unknown tool: refused, logged as sent
     hub.step(sid, {"tool": "read_file", "path": f"app/{IMG}.py"})
     hub.step(sid, {"tool": "search_code", "query": MD_LINK})
     echo = (main + "\n\nfrom fastapi.responses import PlainTextResponse as _Plain\n\n\n"
-            f"@app.get('/echo')\ndef _echo():\n    return _Plain({PAYLOAD!r})\n")
-    hub.step(sid, {"tool": "apply_patch", "diff": make_diff({"app/main.py": main}, {"app/main.py": echo})})
+            f"@{app}.get('/echo')\ndef _echo():\n    return _Plain({PAYLOAD!r})\n")
+    hub.step(sid, {"tool": "apply_patch", "diff": make_diff({path: main}, {path: echo})})
     hub.step(sid, {"tool": "http_request", "method": "GET", "path": "/echo"})
     hub.step(sid, {"tool": "http_request", "method": "POST", "path": f"/api/{ANCHOR}",
                    "json_body": {"note": PAYLOAD}})
     broken = echo + f"\nraise RuntimeError({INLINE!r})\n"
-    hub.step(sid, {"tool": "apply_patch", "diff": make_diff({"app/main.py": echo}, {"app/main.py": broken})})
+    hub.step(sid, {"tool": "apply_patch", "diff": make_diff({path: echo}, {path: broken})})
     hub.step(sid, {"tool": "submit"})
     hub.close(sid)
 
@@ -472,9 +475,7 @@ def test_script_in_a_human_play_log_does_not_run_in_another_visitors_watch_tab(v
     page.get_by_text("Outcome, reward breakdown and final diff").first.click()
 
     played = records[SCENARIO]
-    titles = step_through(viewer, f"{SCENARIO[:8]} · tier 1 · {played.bug_class} · "
-                                  f"{played.reward_breakdown['resolution'].upper()} {played.reward:+.2f}",
-                          len(played.steps))
+    titles = step_through(viewer, rollout_view.scenario_choices([played])[0][0], len(played.steps))
     assert normalized(INLINE) in normalized(titles[1])  # the refused tool's name, literally
     transcript = page.locator("#watch-left-transcript").inner_text()
     assert IMG in transcript and ANCHOR in transcript  # the patched app's answer and the request's path
@@ -483,9 +484,7 @@ def test_script_in_a_human_play_log_does_not_run_in_another_visitors_watch_tab(v
     shot(page, "attack-watch-human")
 
     forged = records[FORGED_SCENARIO]
-    titles = step_through(viewer, f"{FORGED_SCENARIO[:8]} · tier 1 · {forged.bug_class} · "
-                                  f"{forged.reward_breakdown['resolution'].upper()} {forged.reward:+.2f}",
-                          len(forged.steps))
+    titles = step_through(viewer, rollout_view.scenario_choices([forged])[0][0], len(forged.steps))
     assert f"human:{normalized(INLINE)}" in normalized(titles[0])  # a nickname no sanitizer saw
     assert IMG in page.locator("#watch-scenario input").input_value()  # a bug class, as a dropdown label
     assert normalized(PAYLOAD) in normalized(page.locator("#watch-left-transcript").inner_text())
@@ -835,14 +834,11 @@ def test_a_public_servers_episode_log_can_be_capped_too(tmp_path, shipped, monke
     monkeypatch.setenv("A01_EPISODE_LOG_MAX_BYTES", "100")  # under one record: each file holds one
     path = tmp_path / "episodes.jsonl"
     runtime = Runtime(sampler=CurriculumSampler(shipped), logger=EpisodeLogger(path))
-    client = TestClient(create_env_app(runtime, max_sessions=2))
+    app = create_env_app(runtime, max_sessions=2)
     assert isinstance(runtime.logger, CappedEpisodeLog)
-    for seed in range(3):
-        with client.websocket_connect("/ws") as ws:  # reset, then leave: an abandoned episode, logged
+    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        for seed in range(4):  # each reset leaves the episode before it unfinished: logged as abandoned
             ws.send_json({"type": "reset", "data": {"seed": seed}})
             assert ws.receive_json()["type"] == "observation"
-    deadline = time.monotonic() + 10
-    while runtime.logger.rotations < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert runtime.logger.rotations == 2
-    assert [len(list(read_episodes(p))) for p in (path, runtime.logger.previous)] == [1, 1]
+        assert runtime.logger.rotations == 2  # three records, one file each; the first two moved aside in turn
+        assert [len(list(read_episodes(p))) for p in (path, runtime.logger.previous)] == [1, 1]
