@@ -88,8 +88,15 @@ def test_a_file_set_as_large_as_the_limits_allow_can_be_written():
 
 # ----- episodes -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def bundle(shipped):
-    return shipped.load(shipped.ids()[0])
+def cache():
+    from envcore.cache import ScenarioCache
+
+    return ScenarioCache.open(None)  # the newest shipped cache
+
+
+@pytest.fixture(scope="module")
+def bundle(cache):
+    return cache.load(cache.ids()[0])
 
 
 @pytest.fixture
@@ -325,14 +332,13 @@ def _longest_text(value) -> int:
     return 0
 
 
-def test_an_abusive_episode_is_logged_whole_under_the_record_cap(bundle, sandbox, tmp_path):
-    from envcore.cache import ScenarioCache
+def test_an_abusive_episode_is_logged_whole_under_the_record_cap(cache, bundle, sandbox, tmp_path):
     from envcore.env.environment import A01Environment, Runtime
     from envcore.env.sampler import CurriculumSampler
 
     log = tmp_path / "episodes.jsonl"
     logger = EpisodeLogger(log, max_record_bytes=1024 * 1024)
-    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v1")), sandbox=sandbox,
+    runtime = Runtime(sampler=CurriculumSampler(cache), sandbox=sandbox,
                       logger=logger)
     env = A01Environment(runtime)
     try:
@@ -352,13 +358,12 @@ def test_an_abusive_episode_is_logged_whole_under_the_record_cap(bundle, sandbox
     assert "[the diff is" in record.diff and parse_patch(record.diff)  # cut between files: still a diff
 
 
-def test_a_human_play_record_is_bounded_like_any_other(bundle, sandbox, tmp_path):
-    from envcore.cache import ScenarioCache
+def test_a_human_play_record_is_bounded_like_any_other(cache, bundle, sandbox, tmp_path):
     from envcore.env.environment import Runtime
     from envcore.env.sampler import CurriculumSampler
     from envcore.server.sessions import SessionHub
 
-    server = Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v1")), sandbox=sandbox)
+    server = Runtime(sampler=CurriculumSampler(cache), sandbox=sandbox)
     log = tmp_path / "human.jsonl"
     hub = SessionHub.for_server(server, human_log=log, sweep_every_s=0)
     try:
@@ -401,12 +406,11 @@ session's tool functions among it); the session itself held over 20 MB."""
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc")
-def test_a_closed_abusive_session_gives_its_memory_back(bundle, sandbox):
-    from envcore.cache import ScenarioCache
+def test_a_closed_abusive_session_gives_its_memory_back(cache, bundle, sandbox):
     from envcore.env.environment import A01Environment, Runtime
     from envcore.env.sampler import CurriculumSampler
 
-    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v1")), sandbox=sandbox)
+    runtime = Runtime(sampler=CurriculumSampler(cache), sandbox=sandbox)
 
     def session(steps: int) -> float:
         env = A01Environment(runtime)
