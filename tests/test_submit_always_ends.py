@@ -179,7 +179,7 @@ def test_any_files_then_submit_end_the_episode_in_process(in_process, faulty, bu
 
 
 @FUZZ
-@given(data=st.data(), budget=st.integers(1, 4))
+@given(data=st.data(), budget=st.integers(1, 3))
 def test_running_out_of_steps_on_any_patch_still_ends_with_a_reward(in_process, bundle, data, budget):
     env, log = in_process
     env.reset(scenario=bundle.scenario_id, max_steps=budget)
