@@ -38,7 +38,7 @@ from envcore.env.sampler import CurriculumSampler
 from envcore.patching import make_diff
 from envcore.runner.base import RunnerInfrastructureError
 
-FUZZ = settings(max_examples=int(os.environ.get("A01_FUZZ_EXAMPLES", "12")), deadline=None,
+FUZZ = settings(max_examples=int(os.environ.get("A01_FUZZ_EXAMPLES", "10")), deadline=None,
                 derandomize=os.environ.get("A01_FUZZ_RANDOM") != "1", database=None,
                 suppress_health_check=list(HealthCheck))
 
