@@ -842,3 +842,19 @@ def test_a_public_servers_episode_log_can_be_capped_too(tmp_path, shipped, monke
             assert ws.receive_json()["type"] == "observation"
         assert runtime.logger.rotations == 2  # three records, one file each; the first two moved aside in turn
         assert [len(list(read_episodes(p))) for p in (path, runtime.logger.previous)] == [1, 1]
+
+
+def test_a_step_budget_a_request_makes_up_is_brought_into_the_sliders_range_or_refused(tabs):
+    """The slider stops at 10 and 200, a request does not: a number outside is brought into range (the
+    environment refuses a budget over 200 anyway), and anything else is a message, not an exception."""
+    from ui.wiring import UserError
+
+    ctrl = tabs["play"]
+    for sent, kept in ((10**9, 200), (-5, 10), ("150", 150)):
+        sid = ctrl.new_episode(None, "any", "any", "any", "any", SCENARIO, None, sent, "")["sid"]
+        try:
+            assert ctrl.hub.state(sid).max_steps == kept
+        finally:
+            ctrl.hub.close(sid)
+    with pytest.raises(UserError, match="step budget"):
+        ctrl.new_episode(None, "any", "any", "any", "any", SCENARIO, None, "many", "")
