@@ -12,6 +12,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
+from envcore.cache import ScenarioCache
 from envcore.env.environment import Runtime
 from envcore.env.episode_log import EpisodeLogger
 from envcore.env.sampler import CurriculumSampler
@@ -21,7 +22,8 @@ from ui.wiring import UserError, bind
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
-SCENARIO = "04aac9fbaabf02ee"
+SCENARIO = ScenarioCache.open().ids(split="test")[0]
+"""A test-split scenario of the newest shipped cache (the one the page serves)."""
 
 
 @pytest.fixture(scope="module")
