@@ -158,8 +158,8 @@ def env_bytes(variable: str, default: int, environ: Any = None) -> int:
 
 
 class ClientGuard:
-    """ASGI middleware: resolves the client address (see :class:`ClientPolicy`) and bounds WebSocket
-    messages; see the module docstring."""
+    """ASGI middleware: resolves the client address (see :class:`ClientPolicy`) and bounds HTTP bodies
+    and WebSocket messages; see the module docstring."""
 
     def __init__(self, app: ASGIApp, policy: ClientPolicy, *, max_body_bytes: int | None = None,
                  max_message_bytes: int | None = None) -> None:
