@@ -58,7 +58,7 @@ def shipped():
     """The shipped scenario cache."""
     from envcore.cache import ScenarioCache
 
-    return ScenarioCache.open("artifacts/scenarios/v1")
+    return ScenarioCache.open("artifacts/scenarios/v2")
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from envcore.sandbox.pool import PROJECT_ROOT
 from envcore.scenario.probes import ProbeKind
 from envcore.verifier import Resolution, verify
 
-CACHE_DIR = Path(PROJECT_ROOT) / "artifacts" / "scenarios" / "v1"
+CACHE_DIR = Path(PROJECT_ROOT) / "artifacts" / "scenarios" / "v2"
 LIMITS = SandboxLimits(request_timeout_s=1, load_timeout_s=3, verify_timeout_s=8, cpu_s=4, memory_mb=128)
 ENTRY_FILE = "app.py"
 GRADER_PID = os.getpid()

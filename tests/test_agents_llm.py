@@ -150,7 +150,7 @@ def test_a_lora_adapter_changes_the_model_and_names_the_agent(tiny_model, tmp_pa
 
 
 def test_eval_with_the_tiny_model_through_the_real_server(tiny_model, sandbox, tmp_path):
-    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v1")), sandbox=sandbox,
+    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v2")), sandbox=sandbox,
                       max_steps=3)
     with serve_in_thread(create_env_app(runtime, max_sessions=2)) as url:
         proc = run_cli("eval", "--agent", "transformers", "--model", str(tiny_model), "--max-new-tokens", "8",

@@ -82,7 +82,7 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def runtime(sandbox) -> Runtime:
-    return Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v1")), sandbox=sandbox)
+    return Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v2")), sandbox=sandbox)
 
 
 @pytest.fixture(scope="module")
@@ -837,7 +837,7 @@ def test_reset_naming_no_scenario_leaves_the_current_episode_playing(sandbox, tm
     from envcore.env.episode_log import EpisodeLogger, read_episodes
 
     log = tmp_path / "episodes.jsonl"
-    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v1")), sandbox=sandbox,
+    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open("artifacts/scenarios/v2")), sandbox=sandbox,
                       logger=EpisodeLogger(log))
     environment = A01Environment(runtime)
     try:

@@ -21,7 +21,7 @@ from envcore.env.server import create_env_app
 from envcore.sandbox.pool import DEFAULT_MAX_WORKERS
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / "artifacts/scenarios/v1"
+CACHE = ROOT / "artifacts/scenarios/v2"
 
 
 def test_players_mix_and_their_scripts():

@@ -16,7 +16,7 @@ import pytest
 from envcore.cache import BUNDLES, MANIFEST, ScenarioCache
 from envcore.env.sampler import DEFAULT_SPLIT, CurriculumSampler, NoScenario, SamplingWeights
 
-SHIPPED = Path("artifacts/scenarios/v1")
+SHIPPED = Path("artifacts/scenarios/v2")
 SEEDS = range(200)
 
 

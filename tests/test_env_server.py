@@ -54,7 +54,7 @@ def serve_in_thread(app):
 @pytest.fixture(scope="module")
 def served(sandbox, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("log") / "episodes.jsonl"
-    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v1")), sandbox=sandbox,
+    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v2")), sandbox=sandbox,
                       logger=EpisodeLogger(log_path), source="server")
     with serve_in_thread(create_env_app(runtime, max_sessions=8)) as url:
         yield url, runtime, log_path
@@ -66,7 +66,7 @@ def play(url, seed, patch_for=None, agent_id="test"):
         result = env.reset(seed=seed, agent_id=agent_id)
         scenario_id = result.observation.scenario_id
         assert result.reward == 0 and not result.done
-        bundle = ScenarioCache.open(ROOT / "artifacts/scenarios/v1").load(scenario_id)
+        bundle = ScenarioCache.open(ROOT / "artifacts/scenarios/v2").load(scenario_id)
         env.step(ReadFile(path=sorted(p for p in bundle.files if p.endswith(".py"))[0]))
         if patch_for is not None:
             result = env.step(ApplyPatch(diff=patch_for(bundle)))

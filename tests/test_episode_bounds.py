@@ -431,9 +431,6 @@ def test_a_closed_abusive_session_gives_its_memory_back(cache, bundle, sandbox):
     assert after - before <= RSS_MARGIN_MB, f"RSS before {before:.1f} MB, after close {after:.1f} MB"
 
 
-@pytest.mark.xfail(strict=True, reason="envcore/sandbox/pool.py:Sandbox._reap_idle keeps the last live app it "
-                   "looked at referenced from its loop variable, so a closed session's live app (and every file "
-                   "it serves) stays in memory for as long as no other live app is registered")
 def test_a_closed_sessions_live_app_and_its_files_are_let_go(bundle):
     from envcore.sandbox import Sandbox, SandboxLimits
 

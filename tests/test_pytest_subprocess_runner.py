@@ -30,7 +30,7 @@ def _probe() -> Probe:
 
 @pytest.fixture(scope="module")
 def jobs():
-    cache = ScenarioCache.open("artifacts/scenarios/v1")
+    cache = ScenarioCache.open("artifacts/scenarios/v2")
     found = {}
     for bug_class in BUG_CLASSES:
         bundle = cache.load(cache.ids(bug_class=bug_class)[0])

@@ -302,3 +302,15 @@ def test_audit_policy_caps_new_files(tmp_path):
 def test_seccomp_filter_is_well_formed():
     program = seccomp.build_filter(1234)
     assert len(program) % 8 == 0 and len(program) // 8 < 4096  # the kernel's BPF_MAXINSNS
+
+
+def test_the_shipped_warmup_samples_are_the_generators_own(tmp_path):
+    """The sandbox warms up on samples shipped as data (it never imports the factory); they must be
+    what the generator writes now (python -m envcore factory warmup-apps)."""
+    from envcore.factory.warmup import write_warmup_apps
+    from envcore.sandbox.warmup import SAMPLES, warmup_apps
+
+    count = write_warmup_apps(tmp_path / "samples.json.gz")
+    assert (tmp_path / "samples.json.gz").read_bytes() == SAMPLES.read_bytes(), \
+        "stale warm-up samples: run python -m envcore factory warmup-apps"
+    assert len(warmup_apps()) == count >= 4

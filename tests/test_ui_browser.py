@@ -108,7 +108,7 @@ def wait_status(page, text: str) -> None:
 
 
 def test_a_person_plays_an_episode_by_hand_to_a_reward_breakdown(page, server):
-    bundle = ScenarioCache.open(ROOT / "artifacts/scenarios/v1").load(SCENARIO)
+    bundle = ScenarioCache.open(ROOT / "artifacts/scenarios/v2").load(SCENARIO)
     fixed = apply_patch(bundle.files, bundle.reference_fix)
     [path] = [p for p in fixed if fixed[p] != bundle.files[p]]
 
@@ -166,7 +166,7 @@ def test_two_browser_sessions_play_separate_episodes(browser, server):
         page.goto(server["url"])
         page.wait_for_selector("#play-new")
         pages.append(page)
-    ids = ScenarioCache.open(ROOT / "artifacts/scenarios/v1").ids(split="test")
+    ids = ScenarioCache.open(ROOT / "artifacts/scenarios/v2").ids(split="test")
     first, second = ids[0], ids[1]
     new_episode(pages[0], first)
     new_episode(pages[1], second)

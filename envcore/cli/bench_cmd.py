@@ -37,7 +37,7 @@ def register(groups: argparse._SubParsersAction) -> None:
                         "isolation (one import, a fork per probe: the floor), in-process with none, and the naive way "
                         "(pytest + TestClient in a fresh subprocess). Also: one request through a live worker, unique "
                         "memory per live worker, and verifications per second with every core busy. Linux only.")
-    v.add_argument("--cache", default="artifacts/scenarios/v1", help="scenario cache to take bundles from")
+    v.add_argument("--cache", default=None, help="scenario cache to take bundles from (default: the newest shipped)")
     v.add_argument("--n", type=int, default=40, help="scenarios to verify (default 40)")
     v.add_argument("--rounds", type=int, default=3, help="verifications of each scenario (default 3)")
     v.add_argument("--naive", type=int, default=5, help="scenarios for the naive baseline (default 5; ~2 s each)")
@@ -50,7 +50,7 @@ def register(groups: argparse._SubParsersAction) -> None:
                         "http_request step, and episodes per second of a scripted oracle (reset, two reads, three "
                         "requests, the reference fix, run_tests, submit) in process with 1 thread and one per CPU, "
                         "then over /ws against `python app.py` in its own process with concurrent clients.")
-    e.add_argument("--cache", default="artifacts/scenarios/v1", help="scenario cache to serve")
+    e.add_argument("--cache", default=None, help="scenario cache to serve (default: the newest shipped)")
     e.add_argument("--resets", type=int, default=200, help="resets to time (default 200)")
     e.add_argument("--episodes", type=int, default=60, help="oracle episodes in process, per run (default 60)")
     e.add_argument("--ws-episodes", type=int, default=200, help="oracle episodes over /ws (default 200; 0 skips)")
@@ -64,7 +64,7 @@ def register(groups: argparse._SubParsersAction) -> None:
                          "and the server's RSS per block of episodes, every error (transport errors, episodes "
                          "without a reward, rewards on the wrong side of their bound) and the RSS growth from the "
                          "end of the first block to the end of the last. Exits 1 if any episode went wrong.")
-    lo.add_argument("--cache", default="artifacts/scenarios/v1", help="scenario cache to serve")
+    lo.add_argument("--cache", default=None, help="scenario cache to serve (default: the newest shipped)")
     lo.add_argument("--episodes", type=int, default=5000, help="episodes in all (default 5000)")
     lo.add_argument("--sessions", type=int, default=64, help="concurrent WebSocket sessions (default 64)")
     lo.add_argument("--block", type=int, default=1000, help="episodes per reported block (default 1000)")
@@ -85,7 +85,7 @@ def register(groups: argparse._SubParsersAction) -> None:
                         "as WebSocket clients of --servers `python app.py` processes on loopback (sessions spread "
                         "round-robin), each run on its own unseen scenarios; print episodes per second, the speed-up "
                         "over one session and the machine-wide CPU per episode. Exits 1 if any episode failed.")
-    r.add_argument("--cache", default="artifacts/scenarios/v1", help="scenario cache to play")
+    r.add_argument("--cache", default=None, help="scenario cache to play (default: the newest shipped)")
     r.add_argument("--episodes", type=int, default=48, help="episodes per run (default 48)")
     r.add_argument("--sessions", default="1,2,4", help="comma-separated session counts (default 1,2,4)")
     r.add_argument("--servers", type=int, default=2, help="server processes for the remote runs (default 2)")

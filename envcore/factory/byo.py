@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envcore.filetree import tree_problem
 from envcore.factory.compiler import difficulty_score, tier_of
 from envcore.patching import PatchError, apply_patch, changed_lines
 from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser
@@ -35,6 +36,7 @@ APP_DIR = "app"
 FIX = "fix.diff"
 MAX_FILE_BYTES = 512_000
 MAX_FILES = 200
+"""Within the limits every app folder has (``envcore.filetree``), which the import also applies."""
 
 
 class ImportProblem(ValueError):
@@ -97,6 +99,8 @@ def _read_app(app_dir: Path, problems: list[str]) -> dict[str, str]:
             problems.append(f"{APP_DIR}/{rel}: not UTF-8 text (binary files are not supported)")
     if len(files) > MAX_FILES:
         problems.append(f"{APP_DIR}/: more than {MAX_FILES} files")
+    elif (problem := tree_problem(files)) is not None:  # what an agent's patch of it could never be
+        problems.append(f"{APP_DIR}/: {problem}")
     if not any(rel.endswith(".py") for rel in files):
         problems.append(f"{APP_DIR}/: no Python files")
     return files

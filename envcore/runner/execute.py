@@ -14,17 +14,34 @@ from envcore.scenario.probes import Probe, ProbeOutcome, ProbeStep, StepResult, 
 
 Send = Callable[[HttpRequest], Awaitable[HttpResponse]]
 EXCERPT_CHARS = 300
+APP_ROOT = "{app_root}"
+"""In a step's path, query values, header values and JSON strings: the absolute folder the app runs
+in, filled in by whoever sends the request (every sandboxed worker has a folder of its own), so a
+probe can name the app's own files by an absolute path, as an attacker who knows the deployment would."""
 
 
-def step_request(step: ProbeStep, tokens: Mapping[str, str]) -> HttpRequest:
+def _rooted(value, app_root: str):
+    if isinstance(value, str):
+        return value.replace(APP_ROOT, app_root)
+    if isinstance(value, list):
+        return [_rooted(v, app_root) for v in value]
+    if isinstance(value, dict):
+        return {k: _rooted(v, app_root) for k, v in value.items()}
+    return value
+
+
+def step_request(step: ProbeStep, tokens: Mapping[str, str], app_root: str | None = None) -> HttpRequest:
+    """The request of one probe step, as ``step.actor`` (its token as a bearer token), with
+    :data:`APP_ROOT` replaced by ``app_root`` where given."""
     token = None
     if step.actor is not None:
         if step.actor not in tokens:
             raise KeyError(f"probe actor {step.actor!r} is not a seeded user")
         token = tokens[step.actor]
-    return HttpRequest.build(
-        step.method, step.path, query=step.query, headers=step.headers, token=token, json_body=step.json_body
-    )
+    path, query, headers, body = step.path, step.query, step.headers, step.json_body
+    if app_root is not None:
+        path, query, headers, body = (_rooted(v, app_root) for v in (path, dict(query), dict(headers), body))
+    return HttpRequest.build(step.method, path, query=query, headers=headers, token=token, json_body=body)
 
 
 def judge(step: ProbeStep, response: HttpResponse) -> StepResult:
@@ -39,9 +56,9 @@ def judge(step: ProbeStep, response: HttpResponse) -> StepResult:
     return StepResult(status=response.status, body_excerpt=excerpt, failures=tuple(failures))
 
 
-def plan_requests(probes: Sequence[Probe], tokens: Mapping[str, str]) -> list[HttpRequest]:
+def plan_requests(probes: Sequence[Probe], tokens: Mapping[str, str], app_root: str | None = None) -> list[HttpRequest]:
     """Every step of every probe as a request, in the order they are sent."""
-    return [step_request(step, tokens) for probe in probes for step in probe.steps]
+    return [step_request(step, tokens, app_root) for probe in probes for step in probe.steps]
 
 
 def assemble_outcomes(
@@ -69,6 +86,7 @@ async def run_probes(
     tokens: Mapping[str, str],
     *,
     stop_on_failure: bool = False,
+    app_root: str | None = None,
 ) -> tuple[list[ProbeOutcome], int, bool]:
     """Run ``probes`` in order; return (outcomes, requests sent, stopped early)."""
     outcomes: list[ProbeOutcome] = []
@@ -76,7 +94,7 @@ async def run_probes(
     for probe in probes:
         results = []
         for step in probe.steps:
-            response = await send(step_request(step, tokens))
+            response = await send(step_request(step, tokens, app_root))
             sent += 1
             results.append(judge(step, response))
         passed = all(not r.failures for r in results)

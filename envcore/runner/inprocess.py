@@ -2,7 +2,9 @@
 
 Each run writes the app's files into the runner's workspace folder (emptied first), imports the
 entrypoint through a private module finder, and sends the probes to the ASGI app directly on one
-reusable event loop. Modules the import creates are removed from ``sys.modules`` afterwards (and
+reusable event loop. A batch's probes share one copy of the app, each batch gets a pristine one; with
+``isolate_probes`` every probe does, as in grading (the app imported once and forked once per probe,
+its folder put back after each). Modules the import creates are removed from ``sys.modules`` afterwards (and
 anything they shadowed is put back), so two apps that both call their package ``app`` never meet.
 
 Speed comes from two caches that do not change behaviour: compiled code objects are kept by
@@ -41,6 +43,7 @@ from typing import Any, Mapping, Sequence
 
 from envcore.runner.base import AppSource, Batch, RunReport, RunnerInfrastructureError
 from envcore.runner.execute import run_probes
+from envcore.runner.snapshot import FolderSnapshot
 from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, WouldReachApp, call_asgi, gate_app
 from envcore.scenario.probes import Probe
 
@@ -247,7 +250,12 @@ class InProcessRunner:
 
     name = "inprocess"
 
-    def __init__(self) -> None:
+    def __init__(self, *, isolate_probes: bool = False) -> None:
+        self.isolate_probes = isolate_probes
+        """Every probe on the app exactly as loaded, as grading runs it (one fork per probe); by
+        default the probes of a batch share one copy of the app, which is several times cheaper
+        and what the factory's check uses: its probes own their records, so sharing only ever adds
+        failures (a scenario whose probes disturb each other fails its pass-to-pass check)."""
         self._loop = asyncio.new_event_loop()
         self._root = Path(tempfile.mkdtemp(prefix="a01-inprocess-"))
         self._cache = _CodeCache()
@@ -305,9 +313,10 @@ class InProcessRunner:
         return self.run_batches(source, [Batch(tuple(probes), None, stop_on_failure)], tokens)[0]
 
     def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
-        """Load once and give every batch pristine state: the last batch runs here; a gated batch is
-        first tried here with its gate closed (nothing reaches the app, so nothing changes) and only
-        forked if a request would get through; any other batch runs in a forked child."""
+        """Load once and give every batch (with ``isolate_probes``, every probe) pristine state: each
+        runs in a forked child of the loaded app, and the app's folder is put back after it, except
+        that one whose every request stops at its batch's gate runs here with the gate closed
+        (nothing reaches the app, so nothing changes), and the very last one runs here."""
         started = time.perf_counter()
         cwd = os.getcwd()
         endpoints: list[Any] = []
@@ -327,23 +336,32 @@ class InProcessRunner:
             failure = self._loop.run_until_complete(lifespan.startup())
             if failure is not None:
                 raise AppLoadError(f"startup failed: {failure}")
+            snapshot = FolderSnapshot(str(root))  # as loaded: startup may have written files
             for i, batch in enumerate(batches):
                 t0 = time.perf_counter()
-                if i == len(batches) - 1:
-                    result = self._loop.run_until_complete(self._session(app, batch, tokens, lifespan))
-                elif batch.gate is not None:
-                    # Try the gated batch with the gate closed: as long as every request stops at the
-                    # gate, the app's state cannot change and no fork is needed. (A lazy-fix batch
-                    # usually fails on its first probe, at the gate.) Otherwise run it in a fork.
-                    try:
-                        result = self._loop.run_until_complete(
-                            self._session(app, batch, tokens, None, closed_gate=True)
-                        )
-                    except WouldReachApp:
-                        result = self._forked(app, batch, tokens)
-                else:
-                    result = self._forked(app, batch, tokens)
-                outcomes, sent, stopped = result
+                outcomes, sent, stopped = [], 0, False
+                units = [Batch((probe,), batch.gate) for probe in batch.probes] if self.isolate_probes else [batch]
+                for j, unit in enumerate(units):
+                    last = i == len(batches) - 1 and j == len(units) - 1
+                    result = None
+                    if batch.gate is not None:
+                        # With the gate closed nothing reaches the app: no state can change, no fork
+                        # is needed. (A lazy-fix batch usually fails on its first probe, at the gate.)
+                        try:
+                            result = self._loop.run_until_complete(self._session(app, unit, tokens, closed_gate=True))
+                        except WouldReachApp:
+                            result = None
+                    if result is None and last:
+                        result = self._loop.run_until_complete(self._session(app, unit, tokens))
+                    elif result is None:
+                        result = self._forked(app, unit, tokens)
+                        snapshot.restore()
+                    outcomes += result[0]
+                    sent += result[1]
+                    stopped = stopped or result[2]
+                    if batch.stop_on_failure and not all(o.passed for o in result[0]):
+                        stopped = stopped or j < len(units) - 1
+                        break
                 reports.append(
                     RunReport(
                         load_error=None,
@@ -353,6 +371,7 @@ class InProcessRunner:
                         stopped_early=stopped,
                     )
                 )
+            self._loop.run_until_complete(lifespan.shutdown())
         except AppLoadError as exc:
             failed = RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started)
             return [failed for _ in batches]
@@ -374,7 +393,7 @@ class InProcessRunner:
                 os.close(read_fd)
                 gc.disable()  # a collection would touch (and so copy) every page shared with the parent
                 loop = asyncio.new_event_loop()  # never share the parent's selector
-                result = loop.run_until_complete(self._session(app, batch, tokens, None))
+                result = loop.run_until_complete(self._session(app, batch, tokens))
                 payload = pickle.dumps(result)
                 with os.fdopen(write_fd, "wb") as out:
                     out.write(payload)
@@ -390,15 +409,7 @@ class InProcessRunner:
             raise RunnerInfrastructureError(f"probe batch child exited with status {status}")
         return pickle.loads(payload)
 
-    async def _session(
-        self,
-        app: Any,
-        batch: Batch,
-        tokens: Mapping[str, str],
-        lifespan: Lifespan | None,
-        *,
-        closed_gate: bool = False,
-    ):
+    async def _session(self, app: Any, batch: Batch, tokens: Mapping[str, str], *, closed_gate: bool = False):
         target = app
         if batch.gate is not None:
             target = gate_app(app, batch.gate.status, batch.gate.path_patterns, closed=closed_gate)
@@ -406,8 +417,5 @@ class InProcessRunner:
         async def send(request: HttpRequest) -> HttpResponse:
             return await call_asgi(target, request)
 
-        try:
-            return await run_probes(send, batch.probes, tokens, stop_on_failure=batch.stop_on_failure)
-        finally:
-            if lifespan is not None:
-                await lifespan.shutdown()
+        return await run_probes(send, batch.probes, tokens, stop_on_failure=batch.stop_on_failure,
+                                app_root=str(self._root / "app-root"))

@@ -66,6 +66,7 @@ _TEST_MODULE = '''\
 
 import importlib
 import json
+import os
 import pathlib
 
 from fastapi.testclient import TestClient
@@ -116,7 +117,7 @@ def _run_probe(index):
     probe = PROBES[index]
     failures = []
     for number, step in enumerate(probe.steps):
-        request = step_request(step, TOKENS)
+        request = step_request(step, TOKENS, os.getcwd())
         try:
             response = client.request(
                 request.method,

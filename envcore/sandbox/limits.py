@@ -17,7 +17,11 @@ class SandboxLimits:
     load_timeout_s: float = 5.0
     """Wall-clock time for importing the app and running its startup."""
     verify_timeout_s: float = 20.0
-    """Wall-clock time for a whole verification (every probe, restarts included)."""
+    """Wall-clock time for a whole verification, before :attr:`probe_allowance_s` per probe is added."""
+    probe_allowance_s: float = 1.0
+    """Wall-clock time a verification gets for each of its probes (each loads the app afresh), on top
+    of :attr:`verify_timeout_s`: a busy machine slows every load, and running out of time fails every
+    probe, so the budget grows with the work an honest app needs."""
     memory_mb: int = 256
     """Address space a worker may add to what it inherits from the zygote (``RLIMIT_AS``)."""
     cpu_s: int = 10
@@ -28,8 +32,6 @@ class SandboxLimits:
     """Files a worker may create in its workspace (audit policy)."""
     max_open_files: int = 64
     """Descriptors a worker may hold (``RLIMIT_NOFILE``)."""
-    max_restarts: int = 2
-    """Crashed or hung workers replaced within one verification before the rest of its probes fail."""
     idle_s: float = 300.0
     """A live app's worker with no request for this long is stopped (restarted on the next request)."""
 

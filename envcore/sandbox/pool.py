@@ -734,8 +734,13 @@ class Sandbox:
     def _reap_idle(self) -> None:
         interval = max(0.05, min(self.limits.idle_s / 4, 5.0))
         while not self._reaper_stop.wait(interval):
-            for app in list(self._live_apps):
-                app.stop_if_idle(self.limits.idle_s)
+            self._stop_idle_apps()
+
+    def _stop_idle_apps(self) -> None:
+        """One sweep. (A function of its own: the thread's loop would otherwise keep the last app it
+        looked at referenced between sweeps, and a closed session's app and files with it.)"""
+        for app in list(self._live_apps):
+            app.stop_if_idle(self.limits.idle_s)
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:

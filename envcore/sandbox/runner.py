@@ -15,8 +15,9 @@ later probes could inherit.
 probe whose every request stops at the gate needs none. When a worker crashes or hangs, the request
 it was serving and the rest of its probe fail; the other probes are unaffected. If the app does not
 load for the first probe that needs it, nothing is graded (``load_error``). If the whole run takes
-longer than ``limits.verify_timeout_s``, *every* probe fails, whichever had been answered: which
-probes finish in time depends on their order, so only the all-or-nothing rule is order-free.
+longer than its budget (``limits.verify_timeout_s`` plus ``limits.probe_allowance_s`` per probe),
+*every* probe fails, whichever had been answered: which probes finish in time depends on their
+order, so only the all-or-nothing rule is order-free.
 :class:`SandboxRunner` wraps this in the :class:`~envcore.runner.base.ProbeRunner` interface so the
 scenario check runs on it unchanged.
 """
@@ -69,7 +70,8 @@ def run_sandboxed(
     from a template of that app, lent to this run, when the patch fits it."""
     limits = sandbox.limits
     started = time.perf_counter()
-    deadline = time.monotonic() + limits.verify_timeout_s
+    budget_s = limits.verify_timeout_s + limits.probe_allowance_s * len(probes)
+    deadline = time.monotonic() + budget_s
     blocks = _gate_matcher(gate) if gate is not None else (lambda request: None)
     template = None
     if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, tokens, blocks) > 1:
@@ -99,6 +101,8 @@ def run_sandboxed(
                                for a in answers]
                 else:
                     loaded_once = True
+                    # the probe's requests as this worker must get them: {app_root} is its own folder
+                    requests = [step_request(step, tokens, worker.workspace) for step in probe.steps]
                     if template is not None and worker.swapped is False:
                         # The patch is more than body changes: the rest load afresh, directly.
                         sandbox.templates.release(template)
@@ -114,7 +118,7 @@ def run_sandboxed(
                 if not outcomes[0].passed:
                     break
     except _Timeout:
-        reason = f"not answered in time: checking this app took longer than {limits.verify_timeout_s:g} s"
+        reason = f"not answered in time: checking this app took longer than {budget_s:g} s"
         responses = [HttpResponse(None, error=reason) for probe in probes for _ in probe.steps]
         judged = list(probes)
     finally:

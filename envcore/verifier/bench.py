@@ -32,7 +32,7 @@ from typing import Callable
 
 from envcore.cache import ScenarioCache
 from envcore.patching import apply_patch
-from envcore.runner.base import AppSource, Batch
+from envcore.runner.base import AppSource
 from envcore.runner.execute import plan_requests
 from envcore.runner.inprocess import InProcessRunner
 from envcore.runner.pytest_subprocess import PytestSubprocessRunner
@@ -115,18 +115,14 @@ def measure_inprocess(items, rounds: int, *, isolated: bool) -> Distribution:
     once and forked once per probe (the floor with the sandbox's isolation); without, every probe
     runs on one shared app."""
     dist = Distribution()
-    with InProcessRunner() as runner:
+    with InProcessRunner(isolate_probes=isolated) as runner:
         for _ in range(rounds):
             for bundle, files in items:
                 started = time.perf_counter()
                 data = grading_data(bundle)
                 source = graded_source(bundle, files, data.graded)
                 tokens = {u.username: u.token for u in data.graded.users}
-                if isolated:
-                    reports = runner.run_batches(source, [Batch((probe,)) for probe in data.graded.probes], tokens)
-                    passed = all(o.passed for r in reports for o in r.outcomes)
-                else:
-                    passed = all(o.passed for o in runner.run(source, data.graded.probes, tokens).outcomes)
+                passed = all(o.passed for o in runner.run(source, data.graded.probes, tokens).outcomes)
                 dist.samples_ms.append((time.perf_counter() - started) * 1000)
                 if not passed:
                     raise RuntimeError(f"the in-process baseline disagrees on {bundle.scenario_id}")

@@ -3,12 +3,14 @@
 Forbidden paths: every spelling of a name outside the caller's folder, towards the app's secrets and
 towards another user's folder: ``../``, ``./../`` (a fix that refuses names *starting* with ``..``
 lets it through), ``....//`` and ``..././`` (what survives stripping ``../`` once) and an absolute
-path (a fix that refuses ``..`` lets it through; ``/proc/self/cwd`` is the app's own folder, so the
-absolute names point at the same files wherever the app runs). Query values reach the handler decoded
-once, so percent-encoded spellings are the same names.
+path (a fix that refuses ``..`` lets it through). The absolute names start with ``{app_root}``, which
+the grader fills in with the folder the app runs in (every sandboxed worker has its own), as an
+attacker who knows the deployment would write them. Query values reach the handler decoded once, so
+percent-encoded spellings are the same names.
 """
 
 from envcore.factory.bugs.base import BugClass, NarrowFix, ProbeContext, Variant, step
+from envcore.runner.execute import APP_ROOT
 from envcore.scenario.probes import BodyExcludes, StatusIn
 
 REFUSED = (400, 403, 404, 422)
@@ -26,7 +28,7 @@ CLIMBS: dict[str, tuple[str, str]] = {
     "dots_around_slash": ("..././", '"..././" in name'),
 }
 """Spelling -> (one level up, a test of the name that recognises it in the generated code)."""
-ABSOLUTE = ("/proc/self/cwd/", 'name.startswith("/")')
+ABSOLUTE = (APP_ROOT + "/", 'name.startswith("/")')
 
 
 def _naive(names, secure):
