@@ -106,7 +106,7 @@ def test_the_server_logs_one_record_per_episode(served):
     record = records[0]
     assert record.outcome == "submitted" and record.reward >= 0.95 and len(record.steps) == 3
     assert record.verification["resolution"] == "full" and record.diff.startswith("diff --git")
-    assert record.scenario_hash.startswith(record.scenario_id) and record.cache_version == "v1"
+    assert record.scenario_hash.startswith(record.scenario_id) and record.cache_version == "v2"
     assert set(record.timings_ms) == {"reset", "verify", "steps", "total"}
 
 

@@ -32,7 +32,7 @@ def cache():
 
 @pytest.fixture(scope="module")
 def shipped_analysis(cache):
-    return analyze(find_logs(ROOT / "artifacts" / "evals" / "v1"), cache)
+    return analyze(find_logs(ROOT / "artifacts" / "evals" / "v2"), cache)
 
 
 def _record(*, resolution="no", loads=1.0, broken=0.0, refused=0.0, exhausted=0.0, diff="", steps=2, format_errors=0,
@@ -101,7 +101,7 @@ def test_the_shipped_baselines_fall_where_they_should(shipped_analysis):
     assert agents["noop"]["counts"]["no_patch"] == 258
     assert agents["deny_all"]["counts"]["over_restriction"] == 258
     assert agents["llm:tiny-random-llm"]["counts"]["format_errors"] == 258
-    summary = json.loads((ROOT / "artifacts/evals/v1/heuristic/summary.json").read_text())
+    summary = json.loads((ROOT / "artifacts/evals/v2/heuristic/summary.json").read_text())
     assert agents["heuristic"]["counts"]["solved"] == round(summary["overall"]["full_fix"]["mean"] * 258)
     assert shipped_analysis["overall"]["counts"]["other"] == 0
     assert shipped_analysis["trap_springs"]["deny_all"]["admin_access"] > 0
@@ -155,7 +155,7 @@ def test_a_plan_needs_an_agent_that_played(shipped_analysis):
 # ----- the job and the refresh ----------------------------------------------------------------------
 def test_the_job_asks_for_more_of_what_the_agent_fails_at(shipped_analysis, cache):
     base, _ = parent_config(cache)
-    job = factory_job(shipped_analysis, "heuristic", base, parent="v1", source="analysis.json")
+    job = factory_job(shipped_analysis, "heuristic", base, parent="v2", source="analysis.json")
     FactoryJob.model_validate(job)
     merged = base.merged(job["config"])
     solve = shipped_analysis["solve_by_agent"]["heuristic"]["bug_class"]
@@ -165,7 +165,7 @@ def test_the_job_asks_for_more_of_what_the_agent_fails_at(shipped_analysis, cach
     # the heuristic is weakest at tier 3: harder scenarios
     assert merged.traps.second_site > base.traps.second_site and merged.decoy_rate > base.decoy_rate
     springs = factory_job({**shipped_analysis, "trap_springs": {"heuristic": {"public_route": 9}}}, "heuristic", base,
-                          parent="v1", source=None)
+                          parent="v2", source=None)
     assert springs["config"]["traps"]["public_route"] > job["config"]["traps"]["public_route"]
     assert "public_route" in springs["reason"]
 
@@ -174,32 +174,32 @@ def test_the_job_asks_for_more_of_what_the_agent_fails_at(shipped_analysis, cach
 def refreshed(shipped_analysis, cache, tmp_path_factory):
     folder = tmp_path_factory.mktemp("refresh")
     base, _ = parent_config(cache)
-    job = factory_job(shipped_analysis, "heuristic", base, parent="v1", source="artifacts/feedback/baselines/analysis.json")
+    job = factory_job(shipped_analysis, "heuristic", base, parent="v2", source="artifacts/feedback/baselines/analysis.json")
     (folder / "job.yaml").write_text(yaml.safe_dump(job))
     before = (cache.root / "manifest.json").read_bytes()
-    manifest = refresh(None, folder / "job.yaml", folder / "v2", n=60, workers=2)
+    manifest = refresh(None, folder / "job.yaml", folder / "v3", n=60, workers=2)
     return {"folder": folder, "manifest": manifest, "job": job, "parent_manifest": before}
 
 
 def test_a_refresh_writes_a_valid_new_version_with_its_lineage(refreshed, cache):
-    v2 = ScenarioCache.open(refreshed["folder"] / "v2")
-    lineage = v2.manifest["lineage"]
-    assert lineage["parent"] == "v1" and lineage["parent_scenarios"] == len(cache)
+    v3 = ScenarioCache.open(refreshed["folder"] / "v3")
+    lineage = v3.manifest["lineage"]
+    assert lineage["parent"] == "v2" and lineage["parent_scenarios"] == len(cache)
     assert lineage["job_config"] == refreshed["job"]["config"] and lineage["analysis"].endswith("analysis.json")
     assert lineage["added"] + lineage["rejected"] == 60 and lineage["added"] >= 55
-    assert len(v2) == len(cache) + lineage["added"]
-    new = [r for r in v2.rows if r["scenario_id"] not in set(cache.ids())]
+    assert len(v3) == len(cache) + lineage["added"]
+    new = [r for r in v3.rows if r["scenario_id"] not in set(cache.ids())]
     assert {r["split"] for r in new} == {"train"}  # held-out splits stay the parent's
-    assert sorted(v2.ids(split="test")) == sorted(cache.ids(split="test"))
+    assert sorted(v3.ids(split="test")) == sorted(cache.ids(split="test"))
     for row in new[:10]:
-        assert v2.load(row["scenario_id"]).scenario_id == row["scenario_id"]  # hash-verified load
+        assert v3.load(row["scenario_id"]).scenario_id == row["scenario_id"]  # hash-verified load
     assert (cache.root / "manifest.json").read_bytes() == refreshed["parent_manifest"]  # the parent is untouched
     assert len(ScenarioCache.open(cache.root)) == 1000  # and still loads
 
 
 def test_the_refreshed_distribution_moved_the_way_the_job_asked(refreshed, cache):
-    v2 = ScenarioCache.open(refreshed["folder"] / "v2")
-    new = [r for r in v2.rows if r["scenario_id"] not in set(cache.ids())]
+    v3 = ScenarioCache.open(refreshed["folder"] / "v3")
+    new = [r for r in v3.rows if r["scenario_id"] not in set(cache.ids())]
     old = [r for r in cache.rows if r["split"] == "train"]
     weights = refreshed["job"]["config"]["bug_classes"]
     boosted = {k for k, w in weights.items() if w >= 2.5}
@@ -210,13 +210,13 @@ def test_the_refreshed_distribution_moved_the_way_the_job_asked(refreshed, cache
 
 def test_a_refresh_never_writes_over_a_version(refreshed):
     with pytest.raises(RefreshError, match="never over one"):
-        refresh(None, refreshed["folder"] / "job.yaml", refreshed["folder"] / "v2", n=1)
+        refresh(None, refreshed["folder"] / "job.yaml", refreshed["folder"] / "v3", n=1)
 
 
 def test_the_commands_run_the_loop_and_refuse_bad_input(tmp_path, capsys):
     from envcore.cli import main
 
-    logs = ROOT / "artifacts" / "evals" / "v1" / "noop"
+    logs = ROOT / "artifacts" / "evals" / "v2" / "noop"
     assert main(["feedback", "analyze", "--logs", str(logs), "--out", str(tmp_path / "a")]) == 0
     analysis = json.loads((tmp_path / "a" / "analysis.json").read_text())
     assert analysis["overall"]["counts"]["no_patch"] == 258 and (tmp_path / "a" / "report.md").exists()
@@ -238,4 +238,4 @@ def test_factory_build_takes_the_planned_job(tmp_path):
                  "--workers", "1"]) == 0
     built = ScenarioCache.open(tmp_path / "c")
     assert built.manifest["lineage"]["analysis"] == "artifacts/feedback/baselines/analysis.json"
-    assert built.manifest["lineage"]["parent"] == "v1" and len(built) >= 3
+    assert built.manifest["lineage"]["parent"] == "v2" and len(built) >= 3

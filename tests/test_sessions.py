@@ -100,6 +100,25 @@ def test_hidden_probes_are_revealed_only_after_submit(hub, shipped):
     assert {p["probe_id"] for p in probes} == {p.id for p in bundle.probes}
     assert any(not p["visible"] for p in probes)
     assert verdict["reward_breakdown"]["reward"] == final.reward
+    # a test-split scenario: the hidden suite is shown in words only (its title and why it failed)
+    titles = {p.id: p.title for p in bundle.probes}
+    for probe in (p for p in probes if not p["visible"]):
+        assert probe["expected"] == [titles[probe["probe_id"]]] and probe["got"] == []
+    hidden_paths = {s.path for p in bundle.probes if not p.visible for s in p.steps} - \
+        {s.path for p in bundle.visible_probes for s in p.steps}
+    shown = str(verdict)
+    assert not any(path in shown for path in hidden_paths) and not any(u.token in shown for u in bundle.users)
+
+
+def test_a_training_scenarios_hidden_suite_is_revealed_after_submit(hub, shipped):
+    sid = hub.open()
+    first = hub.reset(sid, seed=5, split="train")
+    hub.step(sid, {"tool": "submit"})
+    probes = hub.verdict(sid)["verification"]["probes"]
+    hidden = {p.id: p for p in shipped.load(first.scenario_id).probes if not p.visible}
+    for probe in (p for p in probes if not p["visible"]):
+        steps = hidden[probe["probe_id"]].steps
+        assert len(probe["expected"]) == len(steps) and probe["expected"][0].startswith(f"{steps[0].method} ")
 
 
 def test_a_human_episode_is_logged_in_the_shared_format(hub):

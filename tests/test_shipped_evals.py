@@ -1,4 +1,4 @@
-"""The shipped evaluation runs (``artifacts/evals/v1``): current, honest, and a valid benchmark.
+"""The shipped evaluation runs (``artifacts/evals/v2``): current, honest, and a valid benchmark.
 
 Each run must cover the whole test split of the shipped cache with the scenarios as they are now
 (content hashes match), its ``summary.json`` must be what its episode log adds up to, and together
@@ -19,7 +19,7 @@ from envcore.agents.evaluate import scenario_domains, summarize
 from envcore.env.episode_log import read_episodes
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ROOT / "artifacts" / "evals" / "v1"
+RUNS = ROOT / "artifacts" / "evals" / "v2"
 BASELINE_RUNS = ("oracle", "noop", "deny_all", "random", "heuristic")
 LLM_RUNS = ("tiny-random-llm",)
 

@@ -29,7 +29,19 @@ CHROMIUM = os.environ.get("A01_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SHOTS = Path(os.environ.get("A01_SCREENSHOT_DIR", ROOT / "build" / "screenshots"))
-SCENARIO = "04aac9fbaabf02ee"  # test split, tier 1, mass assignment; its reference fix edits one file
+def _hand_played_scenario() -> str:
+    """A test-split, tier-1 mass-assignment scenario of the newest shipped cache whose reference fix
+    edits one file (a person retypes that file in the editor)."""
+    cache = ScenarioCache.open(None)
+    for scenario_id in cache.ids(split="test", tier=1, bug_class="mass_assignment"):
+        bundle = cache.load(scenario_id)
+        fixed = apply_patch(bundle.files, bundle.reference_fix)
+        if sum(fixed[p] != bundle.files.get(p) for p in fixed) == 1:
+            return scenario_id
+    raise LookupError("no such scenario in the shipped cache")
+
+
+SCENARIO = _hand_played_scenario()
 TIMEOUT_MS = 30_000
 
 if os.environ.get("A01_BROWSER_TESTS") == "skip":
@@ -108,7 +120,7 @@ def wait_status(page, text: str) -> None:
 
 
 def test_a_person_plays_an_episode_by_hand_to_a_reward_breakdown(page, server):
-    bundle = ScenarioCache.open(ROOT / "artifacts/scenarios/v2").load(SCENARIO)
+    bundle = ScenarioCache.open(None).load(SCENARIO)
     fixed = apply_patch(bundle.files, bundle.reference_fix)
     [path] = [p for p in fixed if fixed[p] != bundle.files[p]]
 
@@ -166,7 +178,7 @@ def test_two_browser_sessions_play_separate_episodes(browser, server):
         page.goto(server["url"])
         page.wait_for_selector("#play-new")
         pages.append(page)
-    ids = ScenarioCache.open(ROOT / "artifacts/scenarios/v2").ids(split="test")
+    ids = ScenarioCache.open(None).ids(split="test")
     first, second = ids[0], ids[1]
     new_episode(pages[0], first)
     new_episode(pages[1], second)
@@ -185,8 +197,8 @@ def test_two_browser_sessions_play_separate_episodes(browser, server):
 
 def test_a_rollout_is_opened_and_stepped_through_side_by_side(page):
     page.get_by_role("tab", name="Watch").click()
-    choose(page, "watch-left-set", "heuristic · evals/v1")
-    choose(page, "watch-right-set", "noop · evals/v1")
+    choose(page, "watch-left-set", "heuristic · evals/v2")
+    choose(page, "watch-right-set", "noop · evals/v2")
     page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('heuristic')")
     page.click("#watch-forward")
     page.click("#watch-forward")

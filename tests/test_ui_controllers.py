@@ -146,19 +146,19 @@ def test_the_watch_tab_clamps_steps_and_refuses_unknown_sets(tabs):
 
 def test_the_dashboard_compares_only_two_different_sets(tabs):
     ctrl = tabs["dashboard"]["controller"]
-    out = ctrl.delta([], "evals/v1/noop", "evals/v1/noop", "Reward")
+    out = ctrl.delta([], "evals/v2/noop", "evals/v2/noop", "Reward")
     assert out["delta_text"] == "Pick two different rollout sets to compare."
     assert not out["delta"].data
-    out = ctrl.delta([], "evals/v1/noop", "evals/v1/heuristic", "Reward")
+    out = ctrl.delta([], "evals/v2/noop", "evals/v2/heuristic", "Reward")
     assert "258 scenarios both played" in out["delta_text"] and out["delta"].data
 
 
 @pytest.mark.parametrize("sets, expected, description", [
-    ([("evals/v1/noop", "baseline"), ("evals/v1/heuristic", "baseline"), ("evals/v1/oracle", "validation")],
-     ("evals/v1/noop", "evals/v1/heuristic"), "no trained set: the heuristic against doing nothing"),
-    ([("training/tiny", "trained"), ("evals/v1/heuristic", "baseline"), ("evals/v1/noop", "baseline")],
-     ("evals/v1/heuristic", "training/tiny"), "a trained set against the heuristic"),
-    ([("evals/v1/oracle", "validation")], (None, None), "the oracle is never a competitor"),
+    ([("evals/v2/noop", "baseline"), ("evals/v2/heuristic", "baseline"), ("evals/v2/oracle", "validation")],
+     ("evals/v2/noop", "evals/v2/heuristic"), "no trained set: the heuristic against doing nothing"),
+    ([("training/tiny", "trained"), ("evals/v2/heuristic", "baseline"), ("evals/v2/noop", "baseline")],
+     ("evals/v2/heuristic", "training/tiny"), "a trained set against the heuristic"),
+    ([("evals/v2/oracle", "validation")], (None, None), "the oracle is never a competitor"),
 ])
 def test_the_dashboard_first_compares_the_most_telling_pair(sets, expected, description):
     from ui.artifact_sets import RolloutSet
@@ -221,4 +221,4 @@ def test_example_links_hold_from_any_working_directory(tabs, monkeypatch, tmp_pa
     dash = tabs["dashboard"]["controller"]
     monkeypatch.chdir(tmp_path)
     examples = dash.failures.example_table(dash.failures.load("baselines"))
-    assert examples["rollout set"].str.startswith("evals/v1/").all()
+    assert examples["rollout set"].str.startswith("evals/v2/").all()

@@ -60,7 +60,7 @@ def make_record(scenario_id: str, *, agent: str = "agent", reward: float | None 
 # ----- the shipped runs, read once ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def shipped() -> dict[str, RolloutSet]:
-    return {s.name.rsplit("/", 1)[-1]: s for s in artifact_sets.discover(ARTIFACTS) if s.name.startswith("evals/v1/")}
+    return {s.name.rsplit("/", 1)[-1]: s for s in artifact_sets.discover(ARTIFACTS) if s.name.startswith("evals/v2/")}
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +72,13 @@ def shipped_frame(shipped) -> pd.DataFrame:
 # ----- artifact sets ------------------------------------------------------------------------------
 def test_discover_finds_the_shipped_runs_with_the_oracle_as_validation(shipped):
     sets = artifact_sets.discover(ARTIFACTS)
-    evals = [s for s in sets if s.name.startswith("evals/v1/")]
+    evals = [s for s in sets if s.name.startswith("evals/v2/")]
     assert sorted(s.name.rsplit("/", 1)[-1] for s in evals) == sorted(SHIPPED)
     oracle = shipped["oracle"]
-    assert (oracle.kind, oracle.label) == ("validation", "oracle (validation only) · evals/v1")
-    assert oracle.path == ARTIFACTS / "evals/v1/oracle/episodes.jsonl.gz"
+    assert (oracle.kind, oracle.label) == ("validation", "oracle (validation only) · evals/v2")
+    assert oracle.path == ARTIFACTS / "evals/v2/oracle/episodes.jsonl.gz"
     assert all(s.kind == "baseline" for name, s in shipped.items() if name != "oracle")
-    assert shipped["heuristic"].label == "heuristic · evals/v1"
+    assert shipped["heuristic"].label == "heuristic · evals/v2"
     assert evals[-1] == oracle  # validation runs after the competitors
     assert not any("scenarios" in s.name or "models" in s.name for s in sets)
 
@@ -214,7 +214,7 @@ def test_rate_table_means_counts_and_order():
 
 def test_rate_table_equals_the_shipped_summary(shipped_frame):
     """Same metric values, same order, same seed: the dashboard's numbers are the report's numbers."""
-    summary = json.loads((ARTIFACTS / "evals/v1/heuristic/summary.json").read_text())
+    summary = json.loads((ARTIFACTS / "evals/v2/heuristic/summary.json").read_text())
     table = data.rate_table(shipped_frame[shipped_frame["set"] == "heuristic"], "tier", "full_fix")
     for row in table.itertuples():
         expected = summary["by"]["tier"][row.group]["full_fix"]
@@ -272,17 +272,22 @@ def test_heuristic_beats_noop_paired_and_matches_compare(shipped, shipped_frame)
 
 
 def test_manifest_frame_and_filters():
-    frame = data.manifest_frame(ScenarioCache.open(None).rows)
+    rows = ScenarioCache.open(None).rows
+    frame = data.manifest_frame(rows)
     assert list(frame.columns) == list(data.MANIFEST_COLUMNS) and len(frame) == 1000
-    row = frame.set_index("scenario_id").loc["0082e5962f12344f"]
-    assert (row["traps"], row["security"], row["regression"], row["trap"], row["tier"]) == ("admin_access", 1, 13, 3, 3)
+    shipped = next(r for r in rows if r["split"] == "test" and r["traps"] == ["admin_access"])
+    row = frame.set_index("scenario_id").loc[shipped["scenario_id"]]
+    assert (row["traps"], row["security"], row["regression"], row["trap"], row["tier"]) == (
+        "admin_access", shipped["probes"]["security"], shipped["probes"]["regression"], shipped["probes"]["trap"],
+        shipped["tier"])
     assert len(data.filter_manifest(frame, split="test")) == 258
     assert len(data.filter_manifest(frame, split="any", tier=None)) == 1000
     tier3 = data.filter_manifest(frame, split="test", tier="3", bug_class="idor_read")
     assert len(tier3) > 0 and set(tier3["tier"]) == {3} and set(tier3["bug_class"]) == {"idor_read"}
     assert set(tier3["split"]) == {"test"}
     assert len(data.filter_manifest(frame, tier=3)) == len(data.filter_manifest(frame, tier="3"))
-    assert data.filter_manifest(frame, text="0082E596")["scenario_id"].tolist() == ["0082e5962f12344f"]
+    prefix = shipped["scenario_id"][:8]
+    assert data.filter_manifest(frame, text=prefix.upper())["scenario_id"].tolist() == [shipped["scenario_id"]]
     by_title = data.filter_manifest(frame, text="SUPPORT TICKET")
     assert len(by_title) > 0 and by_title["title"].str.contains("Support ticket").all()
     assert data.filter_manifest(frame, domain="no-such-domain").empty

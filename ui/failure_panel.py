@@ -28,7 +28,7 @@ from ui import artifact_sets, charts, safe
 
 DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Agent": "agent", "Domain": "domain"}
 EXAMPLE_COLUMNS = ["category", "agent", "scenario_id", "seed", "bug_class", "tier", "detail", "rollout set"]
-NO_ANALYSIS = ("No failure analysis has been written yet: run `python -m envcore feedback analyze --logs artifacts/evals/v1 "
+NO_ANALYSIS = ("No failure analysis has been written yet: run `python -m envcore feedback analyze --logs artifacts/evals/v2 "
                "--out artifacts/feedback/<name>` and the categories by bug class, tier and agent, with example "
                "episodes, appear here.")
 

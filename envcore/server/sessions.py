@@ -26,8 +26,9 @@ two people playing at once would step on each other's episode; here each id has 
   result read by the same dashboards and reports as any agent's. Actions go through the environment's
   own ``step``: the UI's buttons are the tool registry's tools, refused and counted the same way.
 * **What the UI may see.** Hidden probes and the reference fix never leave the environment while an
-  episode runs; :meth:`SessionHub.verdict` returns the full verification (hidden probes revealed)
-  only once the episode is over.
+  episode runs; :meth:`SessionHub.verdict` returns the verification only once the episode is over,
+  as the episode log keeps it: hidden probes revealed for a training or validation scenario, in
+  words only for a test-split one (:mod:`envcore.verifier.disclosure`).
 * **Agents, live.** :meth:`SessionHub.start_agent` attaches an agent from the catalog (scripted
   baselines always; a local model or an endpoint when configured) to a session, and
   :meth:`SessionHub.agent_step` asks it for one action at a time, so the audience can watch an agent
@@ -303,13 +304,13 @@ class SessionHub:
 
     def verdict(self, session_id: str) -> dict[str, Any] | None:
         """Once the episode is over: ``{"verification": ..., "reward_breakdown": ...}`` with every probe,
-        hidden ones included. While it runs (or before any episode): ``None``."""
+        a test-split scenario's hidden ones in words only. While it runs (or before any episode): ``None``."""
         session = self._get(session_id)
         with session.lock:
             episode = session.env.episode
             if episode is None or not episode.done or episode.report is None:
                 return None
-            return {"verification": episode.report.model_dump(mode="json"),
+            return {"verification": session.env.disclosed_report(),
                     "reward_breakdown": episode.breakdown.model_dump(mode="json") if episode.breakdown else None}
 
     def record(self, session_id: str) -> EpisodeRecord | None:
