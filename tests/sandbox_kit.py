@@ -73,6 +73,36 @@ def target_scenario():
     pytest.skip("no small single-file idor_read scenario in the shipped cache")  # pragma: no cover
 
 
+# -- fixtures: a module takes them with ``target, bundle, fixed, sb = module_fixtures()`` ---------
+
+@pytest.fixture(scope="module")
+def target():
+    return target_scenario()
+
+
+@pytest.fixture(scope="module")
+def bundle(target):
+    return target[0]
+
+
+@pytest.fixture(scope="module")
+def fixed(target):
+    return target[1]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    """A sandbox with the battery's tight limits, one per test module."""
+    box = Sandbox(limits=LIMITS, spares=2).start()
+    yield box
+    box.close()
+
+
+def module_fixtures():
+    """The battery's fixtures (target, bundle, fixed, sb), for a test module to bind at its top."""
+    return target, bundle, fixed, sb
+
+
 # -- building malicious apps ------------------------------------------------------------------------
 
 def with_code(files: dict[str, str], code: str) -> dict[str, str]:

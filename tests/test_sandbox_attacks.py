@@ -42,34 +42,14 @@ from envcore.sandbox.pool import PROJECT_ROOT, ZygoteLost
 from envcore.scenario.probes import ProbeKind
 from envcore.verifier import Resolution, verify
 from tests.sandbox_kit import (
+    module_fixtures,
     CACHE_DIR, DISABLE_AUDIT_HOOK, GRADER_PID, LIMITS, PRELUDE, alive, assert_no_reward,
-    assert_sandbox_healthy, bundle_file, bundle_secrets, call, call_json, denied, ppid, source, target_scenario,
-    with_code, with_middleware, with_route, workspace_bytes,
+    assert_sandbox_healthy, bundle_file, bundle_secrets, call, call_json, denied, ppid, source, with_code, with_middleware, with_route, workspace_bytes,
 )
 
 pytestmark = pytest.mark.skipif(supported_platform() is not None, reason="the sandbox is Linux only")
 
-
-@pytest.fixture(scope="module")
-def target():
-    return target_scenario()
-
-
-@pytest.fixture(scope="module")
-def bundle(target):
-    return target[0]
-
-
-@pytest.fixture(scope="module")
-def fixed(target):
-    return target[1]
-
-
-@pytest.fixture(scope="module")
-def sb():
-    box = Sandbox(limits=LIMITS, spares=2).start()
-    yield box
-    box.close()
+target, bundle, fixed, sb = module_fixtures()
 
 
 # == CPU, memory, processes =========================================================================

@@ -30,33 +30,14 @@ from envcore.runner.http import HttpRequest
 from envcore.sandbox import LiveApp, Sandbox, supported_platform
 from envcore.verifier import Resolution, verify
 from tests.sandbox_kit import (
-    LIMITS, PRELUDE, assert_sandbox_healthy, call_json, denied, source, target_scenario, with_code,
+    module_fixtures,
+    LIMITS, PRELUDE, assert_sandbox_healthy, call_json, denied, source, with_code,
     with_middleware, with_route,
 )
 
 pytestmark = pytest.mark.skipif(supported_platform() is not None, reason="the sandbox is Linux only")
 
-
-@pytest.fixture(scope="module")
-def target():
-    return target_scenario()
-
-
-@pytest.fixture(scope="module")
-def bundle(target):
-    return target[0]
-
-
-@pytest.fixture(scope="module")
-def fixed(target):
-    return target[1]
-
-
-@pytest.fixture(scope="module")
-def sb():
-    box = Sandbox(limits=LIMITS, spares=2).start()
-    yield box
-    box.close()
+target, bundle, fixed, sb = module_fixtures()
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import shutil
-import subprocess
 import time
 import uuid
 from html.parser import HTMLParser
@@ -37,12 +34,12 @@ import pytest
 from markdown_it import MarkdownIt
 
 from envcore.cache import ScenarioCache
-from envcore.env.bench import free_port, start_server
 from envcore.env.environment import Runtime
 from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, StepEntry, read_episodes
 from envcore.env.sampler import CurriculumSampler
 from envcore.patching import make_diff
 from envcore.server.sessions import SessionHub
+from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space
 from ui import dashboard_tab, play_tab, rollout_view, watch_tab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -322,11 +319,6 @@ def test_a_refused_step_toast_is_escaped(tabs, monkeypatch):
 
 
 # ----- a running Space with small caps -----------------------------------------------------------------
-CHROMIUM = os.environ.get("A01_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SHOTS = Path(os.environ.get("A01_SCREENSHOT_DIR", ROOT / "build" / "screenshots"))
-TIMEOUT_MS = 30_000
 BODY_CAP = 64 * 1024
 WS_CAP = 64 * 1024
 
@@ -341,26 +333,14 @@ def space(tmp_path_factory, hostile_artifacts):
            "GRADIO_TEMP_DIR": str(tmp / "gradio"), "A01_MAX_BODY_BYTES": str(BODY_CAP),
            "A01_MAX_WS_MESSAGE_BYTES": str(WS_CAP), "A01_MAX_SESSIONS": "4", "A01_MAX_SESSIONS_PER_CLIENT": "2",
            "A01_UI_MAX_SESSIONS": "3", "A01_UI_MAX_SESSIONS_PER_CLIENT": "1", "A01_TRUSTED_PROXIES": "127.0.0.1,::1"}
-    port = free_port()
-    process = start_server(None, port, ready="/", timeout_s=120, env=env)
-    yield {"url": f"http://127.0.0.1:{port}", "port": port, "tmp": tmp, "process": process}
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    with running_space(env) as (url, port, process):
+        yield {"url": url, "port": port, "tmp": tmp, "process": process}
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.fail(f"Chromium is not installed at {CHROMIUM}: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        yield browser
-        browser.close()
+    with chromium() as launched:
+        yield launched
 
 
 class Visit:

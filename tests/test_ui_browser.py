@@ -12,10 +12,7 @@ knowingly on a machine without it.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -23,12 +20,8 @@ from envcore.cache import ScenarioCache
 from envcore.env.bench import free_port, start_server
 from envcore.env.episode_log import read_episodes
 from envcore.patching import apply_patch
+from tests.browser_kit import ROOT, SHOTS, TIMEOUT_MS, chromium, running_space, skip_unless_wanted
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("A01_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SHOTS = Path(os.environ.get("A01_SCREENSHOT_DIR", ROOT / "build" / "screenshots"))
 def _hand_played_scenario() -> str:
     """A test-split, tier-1 mass-assignment scenario of the newest shipped cache whose reference fix
     edits one file (a person retypes that file in the editor)."""
@@ -42,36 +35,20 @@ def _hand_played_scenario() -> str:
 
 
 SCENARIO = _hand_played_scenario()
-TIMEOUT_MS = 30_000
-
-if os.environ.get("A01_BROWSER_TESTS") == "skip":
-    pytest.skip("browser tests left out (A01_BROWSER_TESTS=skip)", allow_module_level=True)
+skip_unless_wanted()
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("space") / "human.jsonl"
-    port = free_port()
-    process = start_server(None, port, ready="/", timeout_s=90, env={"A01_HUMAN_LOG": str(log)})
-    yield {"url": f"http://127.0.0.1:{port}/", "log": log}
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    with running_space({"A01_HUMAN_LOG": str(log)}, timeout_s=90) as (url, _port, _process):
+        yield {"url": f"{url}/", "log": log}
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.fail(f"Chromium is not installed at {CHROMIUM}: apt-get install chromium "
-                    "(or set A01_BROWSER_TESTS=skip to leave the browser tests out)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        yield browser
-        browser.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
