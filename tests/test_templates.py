@@ -378,3 +378,29 @@ def test_template_grading_matches_fresh_loading_for_every_bug_class(box, fresh_b
             compared += 1
     assert compared >= 24
     assert box.stats["swapped"] - swapped_before >= compared // 2  # most of these were swapped, not reloaded
+
+
+# -- one plan per run --------------------------------------------------------------------------
+def test_a_runs_later_workers_apply_the_plan_its_first_worker_made(box):
+    files = patched(tapp_main=('return {"item": get_item(i)}', 'return {"item": get_item(i), "planned": True}'))
+    source = AppSource(files, ENTRY)
+    first = box.spawn(source, lent(box))
+    first.wait_ready(5.0)
+    with first:
+        assert first.swapped is True and first.swap_plan is not None  # it planned, and said so before serving
+        plan = first.swap_plan
+    second = box.spawn(source, lent(box), plan)
+    second.wait_ready(5.0)
+    with second:
+        assert second.swapped is True and second.swap_plan is None  # it applied the plan it was handed
+        assert get(second, "/item/1").json() == {"item": "one", "planned": True}
+
+
+def test_attack_a_plan_that_does_not_fit_the_template_loads_afresh(box):
+    files = patched(tapp_main=('return {"item": get_item(i)}', 'return {"item": get_item(i), "planned": True}'))
+    bogus = ([{"path": "tapp/main.py", "swaps": [["no_such_function", 0, 3]], "dropped": [], "imports": []}], b"xyz")
+    worker = box.spawn(AppSource(files, ENTRY), lent(box), bogus)
+    worker.wait_ready(5.0)
+    with worker:
+        assert worker.template is None and worker.swapped is False
+        assert get(worker, "/item/1").json() == {"item": "one", "planned": True}

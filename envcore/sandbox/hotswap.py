@@ -29,6 +29,7 @@ inside a contained worker: patched source is only ever parsed and compiled there
 from __future__ import annotations
 
 import ast
+import marshal
 import sys
 import types
 from dataclasses import dataclass, field
@@ -316,7 +317,8 @@ class ModulePlan:
     """How one module changes: new code for some functions, imports to run, names to drop."""
 
     path: str
-    swaps: list[tuple[types.FunctionType, types.CodeType]] = field(default_factory=list)
+    swaps: list[tuple[str, types.FunctionType, types.CodeType]] = field(default_factory=list)
+    """(qualified name, the function object, its new code)."""
     imports: list[ast.stmt] = field(default_factory=list)
     dropped: set[str] = field(default_factory=set)
 
@@ -369,7 +371,7 @@ def plan_module(app: LoadedApp, path: str, new_source: str) -> ModulePlan:
         old = fn.__code__
         if code.co_freevars != old.co_freevars or (code.co_flags & _KIND_FLAGS) != (old.co_flags & _KIND_FLAGS):
             raise NotSwappable(f"{qualname} in {path} changes its kind or its closure")
-        plan.swaps.append((fn, code))
+        plan.swaps.append((qualname, fn, code))
     return plan
 
 
@@ -391,7 +393,7 @@ def _check_imports(app: LoadedApp, module: AppModule, plan: ModulePlan) -> None:
 def apply_plan(app: LoadedApp, plan: ModulePlan) -> None:
     """Put the planned bodies in place and run the planned imports (their errors are the app's)."""
     module = sys.modules[app.modules[plan.path].name]
-    for fn, code in plan.swaps:
+    for _qualname, fn, code in plan.swaps:
         fn.__code__ = code
     for name in plan.dropped:
         module.__dict__.pop(name, None)
@@ -400,15 +402,63 @@ def apply_plan(app: LoadedApp, plan: ModulePlan) -> None:
         exec(compile(ast.Module(body=plan.imports, type_ignores=[]), filename, "exec", dont_inherit=True), module.__dict__)
 
 
-def swap_in(app: LoadedApp, files: Mapping[str, str]) -> list[str]:
-    """Make the loaded app the one ``files`` describe; returns the changed paths.
-    :class:`NotSwappable` (with nothing changed) unless every changed module qualifies."""
+def plan_swap(app: LoadedApp, files: Mapping[str, str]) -> list[ModulePlan]:
+    """The plans that make the loaded app the one ``files`` describe; :class:`NotSwappable` unless
+    every changed module qualifies. Nothing is changed and no patched code runs."""
     py = {p for p in files if p.endswith(".py")}
     if py != set(app.py_files):
         raise NotSwappable("Python files were added or removed")
     changed = [p for p in sorted(py) if files[p] != app.py_files[p]]
-    plans = [plan_module(app, path, files[path]) for path in changed]
+    return [plan_module(app, path, files[path]) for path in changed]
+
+
+def swap_in(app: LoadedApp, files: Mapping[str, str]) -> list[str]:
+    """Make the loaded app the one ``files`` describe; returns the changed paths.
+    :class:`NotSwappable` (with nothing changed) unless every changed module qualifies."""
+    plans = plan_swap(app, files)
     for plan in plans:
         apply_plan(app, plan)
-    return changed
+    return [plan.path for plan in plans]
+
+
+# -- plans as data: one worker plans, the run's later workers apply -------------------------------
+def encode_plans(plans: list[ModulePlan]) -> tuple[list[dict[str, Any]], bytes]:
+    """Plans as JSON-able data and one blob of marshalled code, to send to the parent. A worker
+    sends them before any patched code has run, so they are what it computed, nothing else."""
+    data, blob = [], bytearray()
+    for plan in plans:
+        swaps = []
+        for qualname, _fn, code in plan.swaps:
+            raw = marshal.dumps(code)
+            swaps.append([qualname, len(blob), len(raw)])
+            blob += raw
+        data.append({"path": plan.path, "swaps": swaps, "dropped": sorted(plan.dropped),
+                     "imports": [ast.unparse(node) for node in plan.imports]})
+    return data, bytes(blob)
+
+
+def decode_plans(app: LoadedApp, data: list[dict[str, Any]], blob: bytes) -> list[ModulePlan]:
+    """What :func:`encode_plans` sent, against this worker's copy of the loaded app. It comes from
+    an earlier worker of the same run (contained, and before it ran patched code), and is only ever
+    read inside a worker: the same trust as compiling the patch here. :class:`NotSwappable` if it
+    does not fit the app."""
+    plans = []
+    try:
+        for item in data:
+            path = str(item["path"])
+            if path not in app.modules:
+                raise NotSwappable(f"a plan for {path}, which the original app did not import")
+            plan = ModulePlan(path, dropped={str(n) for n in item["dropped"]})
+            for qualname, offset, length in item["swaps"]:
+                fn = app.functions.get((path, str(qualname)))
+                code = marshal.loads(blob[int(offset):int(offset) + int(length)])
+                if fn is None or not isinstance(code, types.CodeType):
+                    raise NotSwappable(f"a plan for {qualname} in {path}, which is not exactly one function")
+                plan.swaps.append((str(qualname), fn, code))
+            for text in item["imports"]:
+                plan.imports += ast.parse(str(text)).body
+            plans.append(plan)
+    except (KeyError, TypeError, ValueError, EOFError, SyntaxError) as exc:
+        raise NotSwappable(f"an unreadable plan ({type(exc).__name__})") from None
+    return plans
 

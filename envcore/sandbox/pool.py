@@ -52,6 +52,8 @@ from envcore.sandbox.worker import request_to_json
 
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 MAX_RESPONSE_JSON = 256 * 1024
+MAX_PLAN_BYTES = 16 << 20
+"""The largest swap plan (marshalled code of the changed functions) a template's worker may send."""
 ZYGOTE_START_TIMEOUT_S = 120.0
 COMPILED_CACHE_SIZE = 4096
 SPARE_READY_TIMEOUT_S = 60.0
@@ -168,6 +170,8 @@ class Worker:
         self.fallback: Any = None
         """Called to get a fresh worker when a template's worker answers ``unswappable``."""
         self.unswappable_reason: str | None = None
+        self.swap_plan: tuple[list, bytes] | None = None
+        """For a template's worker that planned its swap: the plan (data, blob), for the run's next workers."""
         self.pid = pid
         self.sock = sock
         self.workspace = workspace
@@ -187,9 +191,16 @@ class Worker:
         """Wait for the app to load; return the containment layers or raise :class:`AppLoadFailure`."""
         deadline = time.monotonic() + timeout_s
         try:
-            message, _ = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=0)
-            if message.get("type") == "spare":
-                message, _ = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=0)
+            message, blob = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=MAX_PLAN_BYTES)
+            if message.get("type") == "spare":  # (a prepared spare's was read when it was prepared)
+                message, blob = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=MAX_PLAN_BYTES)
+            if message.get("type") == "plan" and self.template is not None and self.swapped is None:
+                # Sent before any patched code ran: what the worker computed from the patch, nothing else.
+                if isinstance(message.get("plan"), list):
+                    self.swap_plan = (message["plan"], blob)
+                message, blob = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=0)
+            if blob:
+                raise WireError("unexpected data with the load report")
         except WireTimeout:
             self.close()
             raise AppLoadFailure(f"the app did not finish loading within {timeout_s:g} s") from None
@@ -560,13 +571,15 @@ class Sandbox:
         message = {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint, "compiled": compiled}
         return message, b"".join(blobs)
 
-    def spawn(self, source: AppSource, template: TemplateLink | None = None) -> Worker:
+    def spawn(self, source: AppSource, template: TemplateLink | None = None,
+              plan: tuple[list, bytes] | None = None) -> Worker:
         """A worker that is loading ``source``: a spare if one is ready, else a fresh fork. Requests
         may be sent at once; :meth:`Worker.wait_ready` says whether the app loaded.
 
         With ``template`` (lent to the caller by :meth:`Templates.acquire`, for a base that ``source``
-        fits), the worker is forked from that template and swaps the patch in; if the patch is more
-        than body changes it falls back to a fresh worker by itself (see :meth:`Worker.wait_ready`).
+        fits), the worker is forked from that template and swaps the patch in (applying ``plan``, the
+        swap an earlier worker of the run planned for the same patch, when given); if the patch is
+        more than body changes it falls back to a fresh worker by itself (see :meth:`Worker.wait_ready`).
 
         A worker that dies before it is handed the app (a spare whose zygote was replaced, a
         template that died) is replaced, at most :data:`SPAWN_ATTEMPTS` times in all; then the
@@ -579,7 +592,7 @@ class Sandbox:
         for _attempt in range(SPAWN_ATTEMPTS):
             try:
                 if template is not None and template.alive:
-                    worker = self._spawn_from_template(source, template)
+                    worker = self._spawn_from_template(source, template, plan)
                 else:
                     worker = self._spawn_fresh(source)
             except TemplateLost:
@@ -623,7 +636,8 @@ class Sandbox:
             return None
         return worker
 
-    def _spawn_from_template(self, source: AppSource, template: TemplateLink) -> Worker | None:
+    def _spawn_from_template(self, source: AppSource, template: TemplateLink,
+                             plan: tuple[list, bytes] | None = None) -> Worker | None:
         worker = self.templates.take_spare(template)
         self.stats["spawns"] += 1
         self.stats["from_spare"] += worker is not None
@@ -640,8 +654,10 @@ class Sandbox:
             self._busy += 1
         worker.handed_out = True
         worker.fallback = lambda: self.spawn(source)
+        message = {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint,
+                   "plan": plan[0] if plan else None}
         try:
-            send_frame(worker.sock, {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint})
+            send_frame(worker.sock, message, plan[1] if plan else b"")
         except OSError:
             worker.close()  # the template or the spare died: the caller tries again
             return None

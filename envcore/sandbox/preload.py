@@ -218,13 +218,21 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     layers["workspace"] = "template's, restored after each worker" if writable else "read-only"
     write_all_fd(fd, encode({"type": "spare"}))
 
-    message, _ = read_frame_fd(fd)
+    message, blob = read_frame_fd(fd)
     clock = [time.perf_counter()]
     containment.install_audit_hook(root, limits, spawn["read_roots"], writable=writable)
     layers["audit_hook"] = True
     files: dict[str, str] = message["files"]
     try:
-        changed = hotswap.swap_in(template.loaded, files)
+        if message.get("plan") is not None:  # an earlier worker of this run planned the swap
+            plans = hotswap.decode_plans(template.loaded, message["plan"], blob)
+        else:
+            plans = hotswap.plan_swap(template.loaded, files)
+            # Told to the parent before any patched code runs: the run's later workers apply it.
+            data, plan_blob = hotswap.encode_plans(plans)
+            write_all_fd(fd, encode({"type": "plan", "plan": data}, plan_blob))
+        for plan in plans:
+            hotswap.apply_plan(template.loaded, plan)
     except hotswap.NotSwappable as exc:
         write_all_fd(fd, encode({"type": "unswappable", "reason": str(exc)[:2000], "containment": layers}))
         return
@@ -236,4 +244,4 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     if template.finder is not None:
         template.finder.files = files  # imports made later and tracebacks see the patched sources
     clock.append(time.perf_counter())
-    start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(changed)})
+    start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(plans)})

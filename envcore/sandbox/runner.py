@@ -73,7 +73,7 @@ def run_sandboxed(
     budget_s = limits.verify_timeout_s + limits.probe_allowance_s * len(probes)
     deadline = time.monotonic() + budget_s
     blocks = _gate_matcher(gate) if gate is not None else (lambda request: None)
-    template = None
+    template, plan = None, None
     if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, tokens, blocks) > 1:
         template = sandbox.templates.acquire(base)  # one import for the whole run instead of one per probe
     responses: list[HttpResponse] = []
@@ -91,7 +91,7 @@ def run_sandboxed(
                 if left <= 0:
                     raise _Timeout
                 try:
-                    worker = sandbox.spawn(source, template)
+                    worker = sandbox.spawn(source, template, plan)
                     containment = worker.wait_ready(min(limits.load_timeout_s, left))
                 except (AppLoadFailure, WorkerGone) as exc:
                     if not loaded_once:
@@ -103,6 +103,8 @@ def run_sandboxed(
                     loaded_once = True
                     # the probe's requests as this worker must get them: {app_root} is its own folder
                     requests = [step_request(step, tokens, worker.workspace) for step in probe.steps]
+                    if plan is None and worker.swap_plan is not None:
+                        plan = worker.swap_plan  # the run's later workers apply it instead of planning again
                     if template is not None and worker.swapped is False:
                         # The patch is more than body changes: the rest load afresh, directly.
                         sandbox.templates.release(template)

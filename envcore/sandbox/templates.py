@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 import shutil
 import socket
 import tempfile
