@@ -312,6 +312,12 @@ def test_a_prepared_template_is_taken_by_the_next_run():
         link = sandbox.templates.acquire(BASE)
         assert link is not None and sandbox.templates.stats["prepared_used"] == 1
         sandbox.templates.release(link)
+        deadline = time.monotonic() + 30
+        while not sandbox.templates._prepared and time.monotonic() < deadline:
+            time.sleep(0.02)
+        again = sandbox.templates.acquire(BASE)  # the next run of that base finds the next one ready
+        assert again is not None and sandbox.templates.stats["prepared_used"] == 2
+        sandbox.templates.release(again)
 
 
 def test_base_that_does_not_load_falls_back_to_fresh_workers():

@@ -22,7 +22,8 @@ every other file byte for byte (:func:`fits`); the worker itself decides whether
 qualifies and otherwise says ``unswappable``, and the run falls back to fresh workers. At most
 ``max_templates`` templates live at once; past that a run loads afresh. :meth:`Templates.prepare`
 builds one in the background for a base that a run is about to want (an episode announces its
-scenario at reset), so that the first run finds it ready; a template that fails to import its
+scenario at reset), so that the first run finds it ready, and taking a prepared template prepares
+the next one for the same base (an episode's next test run); a template that fails to import its
 (trusted) app is remembered as such and not retried.
 """
 
@@ -187,6 +188,8 @@ class Templates:
         if link is not None and not self._usable(link):
             self._retire(link)
             link = None
+        elif link is not None:
+            self.prepare(base)  # wanted again (an episode's next test run): the next one builds meanwhile
         if link is None:
             link = self._build_or_none(key, base)
             if link is None:
