@@ -23,13 +23,13 @@ from envcore.env.sampler import CurriculumSampler
 # split), and ones it cannot: a tenant leak, a mass assignment, and a missing admin check in an app
 # with a colleague directory its blanket ownership checks break.
 HEURISTIC_FIXES = {
-    "46faa66fac8f408a": "idor_write, tier 1", "1a04cca7abb1ca82": "idor_write, tier 3",
-    "718cd4c8de04cbeb": "missing admin check, @admin_required", "0b3a584dfe260b50": "forced browsing, Depends(require_admin)",
-    "269dd639a6299fb2": "missing admin check, ensure_admin, tier 3", "063e89ee7bce8bc2": "list leak",
-    "f3fd33d51f973f7e": "open redirect",
+    "04f24894bb87ebfc": "idor_write, tier 1", "65b689877f5bc60a": "idor_write, tier 3",
+    "5ce0e5f8d5a8e6fb": "missing admin check, @admin_required", "411afad0d3cb35dc": "forced browsing, Depends(require_admin)",
+    "08eec69e5765034c": "missing admin check, ensure_admin, tier 3", "048063a59e8e43d5": "list leak",
+    "12d9718aeea8fcf6": "open redirect",
 }
-HEURISTIC_MISSES = {"2d3c2177027c7ccf": "tenant_leak", "04aac9fbaabf02ee": "mass_assignment",
-                    "014f8481d48ae6ba": "missing_admin_check with a directory decoy"}
+HEURISTIC_MISSES = {"0aea3c7c7160df69": "tenant_leak", "0e11ad60747860c1": "mass_assignment",
+                    "28e9b92ad68b402d": "missing_admin_check with a directory decoy"}
 
 @pytest.fixture(scope="module")
 def env(shipped, sandbox):

@@ -31,7 +31,7 @@ from tests.test_env_server import serve_in_thread
 from tests.test_eval import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = "07aabf84f43534ae"  # idor_write, tier 1, test split
+SCENARIO = "04f24894bb87ebfc"  # idor_write, tier 1, test split
 
 
 @pytest.fixture(scope="module")

@@ -74,7 +74,7 @@ def test_reward_is_clipped_to_its_documented_range():
 
 
 # -- properties over real scenarios of every bug class -----------------------------------------------
-PER_CLASS = 2
+PER_CLASS = 1
 
 
 def _scenarios(shipped):
@@ -161,10 +161,10 @@ def test_breaking_the_app_is_worse_than_nothing(rewards):
 # Scenarios whose two vulnerable sites are fixed by separate hunks of the reference fix (found by
 # verifying each hunk alone; other multi-site scenarios share one helper for both sites).
 TWO_SITE_SCENARIOS = {
-    "idor_read": "0d123baac849283b",
-    "idor_write": "46df144e1d04fd31",
-    "missing_admin_check": "01c9b06c920934bc",
-    "sensitive_exposure": "024025b7259e55cc",
+    "idor_read": "11a1a4125a4fd701",
+    "idor_write": "11ffbdefa62c22fc",
+    "missing_admin_check": "0bdd59350d363d29",
+    "sensitive_exposure": "0acef7ea69c103d8",
 }
 
 

@@ -22,7 +22,7 @@ from envcore.feedback.plan import PlanError, choose_agent, edge_weight, factory_
 from envcore.feedback.refresh import RefreshError, parent_config, refresh
 
 ROOT = Path(__file__).resolve().parents[1]
-TWO_SITES = "0175faf3999fbb24"  # idor_write, tier 3: sites update and delete; all four traps
+TWO_SITES = "42d7dabf29622c16"  # idor_write, tier 3: sites update and delete; all four traps
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,10 @@ def _capless_root() -> list[str]:
 
 def _identity(home: Path) -> tuple[str, list[str]]:
     """The least privileged identity that can run the suite here, and the command prefix for it."""
-    probe = subprocess.run([*_as_nobody(), sys.executable, "-c", "import envcore.sandbox, pytest"],
+    # It must be able to import the project and to start the interpreter again (the sandbox starts
+    # its zygote that way): an interpreter under a private home folder can be run by path, not execed.
+    check = "import subprocess, sys, envcore.sandbox, pytest; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
+    probe = subprocess.run([*_as_nobody(), sys.executable, "-c", check],
                            cwd=ROOT, capture_output=True, env={"PATH": os.environ.get("PATH", ""), "HOME": str(home)})
     if probe.returncode == 0:
         return "another user (nobody), no capabilities", _as_nobody()

@@ -170,9 +170,9 @@ def test_score_follows_resolution():
 
 
 def test_random_probe_order_never_changes_a_verdict(sandbox, shipped):
-    """Probes are sent in a fresh random order each time; generated probes own their records, so
-    the verdict never depends on it."""
-    for scenario_id in shipped.ids()[30:70]:
+    """Probes are sent in a fresh random order each time, each on a freshly loaded app, so the
+    verdict never depends on the order (tests/test_sandbox_isolation.py attacks this directly)."""
+    for scenario_id in shipped.ids()[30:42]:
         bundle = shipped.load(scenario_id)
         fixed = apply_patch(bundle.files, bundle.reference_fix)
         assert verify(bundle, fixed, sandbox=sandbox).resolution is Resolution.FULL, scenario_id
