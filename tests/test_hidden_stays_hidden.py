@@ -133,3 +133,39 @@ def test_the_hidden_suite_of_a_test_split_scenario_is_shown_in_words_only(sb, ta
         assert disclose(report, target, disclosure_for(split)) == report
     assert disclosure_for(None) == "words"
     assert json.loads(text)["resolution"] == report.resolution.value
+
+
+def test_an_episode_that_echoes_its_data_shows_no_shadow_value_anywhere(tmp_path, sb):
+    """Through the environment, as an agent plays: a patch that answers every request with its whole
+    data file (and prints it when it fails to load), run_tests, submit; no observation, state or log
+    record carries a value of the episode's grading shadow."""
+    from envcore.cache import ScenarioCache
+    from envcore.env.environment import A01Environment, Runtime
+    from envcore.env.episode_log import EpisodeLogger, read_episodes
+    from envcore.env.sampler import CurriculumSampler
+
+    log = tmp_path / "episodes.jsonl"
+    cache = ScenarioCache.open(None)
+    runtime = Runtime(sampler=CurriculumSampler(cache), sandbox=sb, logger=EpisodeLogger(log))
+    env = A01Environment(runtime)
+    try:
+        scenario = next(s for s in cache.ids(split="train") if cache.load(s).entrypoint == "app:app"
+                        and "SEED_FILE" in cache.load(s).files["app.py"])
+        seen = [env.reset(scenario=scenario).model_dump_json()]
+        bundle = env.episode.bundle
+        code = bundle.files["app.py"] + "\n" + ECHO.strip() + "\n"
+        seen.append(env.step({"tool": "edit_file", "path": "app.py", "search": bundle.files["app.py"],
+                              "replace": code}).model_dump_json())
+        seen.append(env.step({"tool": "run_tests"}).model_dump_json())
+        seen.append(env.step({"tool": "http_request", "path": "/api/status"}).model_dump_json())
+        final = env.step({"tool": "submit"})
+        seen += [final.model_dump_json(), env.state.model_dump_json()]
+        values = set(env.episode.grading.substitution.mapping.values())
+        assert values and final.done and final.reward is not None
+    finally:
+        env.close()
+    seen += [line for line in log.read_text().splitlines()]
+    [record] = read_episodes(log)
+    assert record.verification is not None
+    for text in seen:
+        assert not any(value in text for value in values), [v for v in values if v in text][:5]

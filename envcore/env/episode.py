@@ -74,7 +74,7 @@ from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
 from envcore.scenario.bundle import Bundle
 from envcore.verifier.report import VerificationReport
-from envcore.verifier.verify import graded_source, verify
+from envcore.verifier.verify import graded_source, grading_data, verify
 
 DEFAULT_MAX_STEPS = 30
 SEARCH_TIMEOUT_S = 0.25
@@ -120,6 +120,10 @@ class Episode:
         # forks its workers from a template of it, the first one built in the background now.
         self.base = graded_source(self.bundle, self.bundle.files, self.bundle)
         self.sandbox.prepare(self.base)
+        self.grading = grading_data(self.bundle)
+        """The data submit grades on: a shadow drawn for this episode's one grading, never shown.
+        Drawn now so that its template can be built while the agent works (at the first patch)."""
+        self._grading_prepared = False
         self._live: LiveApp | None = None
         self._diff: str | None = None
         """The current diff, made once per patch (``None``: not made since the last one)."""
@@ -326,6 +330,9 @@ class Episode:
         self.phase = "patched"
         if self._live is not None:
             self._live.update(AppSource(dict(files), self.bundle.entrypoint))
+        if not self._grading_prepared:  # a patch is coming to submit: build its grading's template meanwhile
+            self._grading_prepared = True
+            self.sandbox.prepare(self.grading.base())
 
     def _apply_patch(self, action: ApplyPatch) -> A01Observation:
         try:
@@ -363,6 +370,8 @@ class Episode:
         """The verifier's report on the app as it is; an infrastructure failure it raises (rather
         than reports) is reported the same way: not the agent's fault, no reward."""
         try:
+            if probe_set == "all":
+                return self.verifier(self.bundle, self.files, sandbox=self.sandbox, shadow=self.grading)
             return self.verifier(self.bundle, self.files, sandbox=self.sandbox, probe_set=probe_set)
         except RunnerInfrastructureError as exc:
             return VerificationReport(scenario_id=self.bundle.scenario_id, outcome="infrastructure_error",
