@@ -1,6 +1,6 @@
 """The versioned scenario cache: a folder of verified bundles named by content hash, plus a manifest.
 
-Layout of one cache version (``artifacts/scenarios/v1/`` ships with the project)::
+Layout of one cache version (``artifacts/scenarios/v2/`` ships with the project)::
 
     manifest.json             format and generator versions, counts by split / bug class / tier /
                               domain / code style, lineage, and one row per scenario (id, sha256,

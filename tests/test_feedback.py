@@ -52,7 +52,8 @@ def _record(*, resolution="no", loads=1.0, broken=0.0, refused=0.0, exhausted=0.
                          reward_breakdown={"resolution": resolution, "components": components})
 
 
-DIFF = "--- a/app/routers/tickets.py\n+++ b/app/routers/tickets.py\n@@ -1,1 +1,1 @@\n-a\n+b\n"
+FIX_FILE = "app.py"  # the one file TWO_SITES's reference fix changes
+DIFF = f"--- a/{FIX_FILE}\n+++ b/{FIX_FILE}\n@@ -1,1 +1,1 @@\n-a\n+b\n"
 OTHER_DIFF = "--- a/app/config.py\n+++ b/app/config.py\n@@ -1,1 +1,1 @@\n-a\n+b\n"
 
 
@@ -78,7 +79,8 @@ def test_every_category_has_its_case_and_the_table_order_decides(cache):
         assert _category(record, cache)[0] == expected, expected
     assert {c.name for c in CATEGORIES} == {*cases, "other"}
     assert _category(cases["app_broken"], cache)[1] == "SyntaxError: bad"
-    assert "the fix is in app/routers/tickets.py" in _category(cases["wrong_site"], cache)[1]
+    assert f"+++ b/{FIX_FILE}\n" in cache.load(TWO_SITES).reference_fix
+    assert f"the fix is in {FIX_FILE}" in _category(cases["wrong_site"], cache)[1]
 
 
 def test_a_partial_fix_names_the_site_left_open_and_over_restriction_the_trap_sprung(cache):

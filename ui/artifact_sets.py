@@ -1,13 +1,13 @@
 """Which rollout sets the dashboard can show, and their records, read once per file version.
 
 A *rollout set* is one episode log under the artifacts folder: an evaluation run
-(``evals/v1/heuristic/episodes.jsonl.gz``), the human-play log of the Space
+(``evals/v2/heuristic/episodes.jsonl.gz``), the human-play log of the Space
 (``human/episodes.jsonl``), a trained model's evaluation, and so on. :func:`discover` finds them
 and says what each one is; :func:`load_records` reads one.
 
 Choices:
 
-* A set is named by its folder relative to the artifacts root (``evals/v1/heuristic``), or, for a log
+* A set is named by its folder relative to the artifacts root (``evals/v2/heuristic``), or, for a log
   not called ``episodes.jsonl[.gz]``, by the file's relative path without the extension
   (``training/run3/rollouts``). Names are stable and unique, so they key colours and tables.
 * What a set *is* comes from a small declarative table (:data:`KIND_RULES`), the first matching rule
@@ -50,14 +50,14 @@ CACHE_ENTRIES = 32
 @dataclass(frozen=True)
 class RolloutSet:
     name: str
-    """The folder relative to the artifacts root (``evals/v1/heuristic``), or the log's relative path
+    """The folder relative to the artifacts root (``evals/v2/heuristic``), or the log's relative path
     without its extension when it is not named ``episodes.jsonl[.gz]``."""
     path: Path
     """The log file."""
     kind: str
     """One of :data:`KINDS`."""
     label: str
-    """Display text: ``heuristic · evals/v1``; the oracle's is ``oracle (validation only) · evals/v1``."""
+    """Display text: ``heuristic · evals/v2``; the oracle's is ``oracle (validation only) · evals/v2``."""
 
     @property
     def evaluated(self) -> bool:

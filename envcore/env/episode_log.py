@@ -227,7 +227,7 @@ def is_episode_log(path: Path, *, empty_ok: bool = False) -> bool:
 
 def log_set_name(relative: Path) -> str:
     """A log's name from its path relative to a root: its folder for ``episodes.jsonl[.gz]``
-    (``evals/v1/heuristic``), otherwise its path without the extension (``training/run3/rollouts``)."""
+    (``evals/v2/heuristic``), otherwise its path without the extension (``training/run3/rollouts``)."""
     stem = relative.name.removesuffix(".gz").removesuffix(".jsonl")
     if stem == "episodes":
         return relative.parent.as_posix() if relative.parent != Path(".") else "episodes"
