@@ -94,3 +94,23 @@ def test_help_and_usage_errors(args):
 def test_help_everywhere(args):
     proc = subprocess.run([sys.executable, "-m", "envcore", *args], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "usage:" in proc.stdout
+
+
+def test_help_imports_no_agent_and_no_web_stack():
+    """``--help`` and usage errors answer at once: the agent names come from a module that imports
+    no agent, so neither OpenEnv's server nor Gradio (seconds to import) is loaded to parse flags."""
+    probe = ("import runpy, sys\nsys.argv = ['envcore', 'eval', '--help']\n"
+             "try:\n    runpy.run_module('envcore', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+             "heavy = sorted(m for m in ('gradio', 'openenv', 'torch', 'envcore.agents.catalog') if m in sys.modules)\n"
+             "print('HEAVY', heavy)\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert "--agent {noop,deny_all,random,heuristic,oracle,transformers,openai}" in proc.stdout
+    assert "HEAVY []" in proc.stdout, proc.stdout[-500:]
+
+
+def test_the_command_lines_agent_names_are_the_catalogs():
+    from envcore.agents.baselines import BASELINES
+    from envcore.agents.catalog import AGENTS as BUILT
+    from envcore.agents.names import AGENTS, BASELINE_NAMES
+
+    assert tuple(BASELINES) == BASELINE_NAMES and BUILT == AGENTS

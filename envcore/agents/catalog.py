@@ -16,9 +16,12 @@ from typing import Any
 
 from envcore.agents.base import Agent
 from envcore.agents.baselines import BASELINES, OracleAgent
+from envcore.agents.names import AGENTS, BASELINE_NAMES, LLM_KINDS, options_problem
 
-LLM_KINDS = ("transformers", "openai")
-AGENTS = (*BASELINES, *LLM_KINDS)
+if tuple(BASELINES) != BASELINE_NAMES:  # one list of names for the command line, one registry here
+    raise ImportError(f"envcore.agents.names lists {BASELINE_NAMES}, the baselines are {tuple(BASELINES)}")
+
+__all__ = ["AGENTS", "LLM_KINDS", "LLMOptions", "agent_factory"]
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,10 @@ class LLMOptions:
 def agent_factory(name: str, *, cache: Any = None, llm: LLMOptions = LLMOptions(),
                   agent_id: str | None = None) -> tuple[Callable[[], Agent], str]:
     """(factory, agent id) for the agent called ``name``; bad combinations raise ``ValueError``."""
-    if name not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}; choose from {', '.join(AGENTS)}")
+    problem = options_problem(name, model=llm.model, adapter=llm.adapter)
+    if problem:
+        raise ValueError(problem)
     if name in BASELINES:
-        if llm.model or llm.adapter:
-            raise ValueError(f"--model and --adapter are for language-model agents; {name!r} is a scripted baseline")
         agent_class = BASELINES[name]
         if agent_class is OracleAgent:
             return (lambda: OracleAgent(cache)), agent_id or name

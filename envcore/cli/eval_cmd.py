@@ -18,7 +18,7 @@ from envcore.cli.progress import progress_bar
 
 
 def register(groups: argparse._SubParsersAction) -> None:
-    from envcore.agents.catalog import AGENTS
+    from envcore.agents.names import AGENTS
 
     e = groups.add_parser("eval", help="evaluate an agent on held-out scenarios",
                           description="Play --agent on the first --n scenarios of --split (sorted by id, so every agent "
@@ -64,17 +64,23 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from envcore.agents.catalog import LLMOptions
-    from envcore.agents.eval_run import EvaluationError, evaluate_into
-    from envcore.agents.evaluate import evaluation_episodes
-    from envcore.cache import ScenarioCache
+    from envcore.agents.names import options_problem
 
+    # Every argument is checked before the agents (and the web stack under them) are imported.
+    problem = options_problem(args.agent, model=args.model, adapter=args.adapter)
+    if problem:
+        raise SystemExit(problem)
     if args.n is not None and args.n < 1 or args.parallel < 1:
         raise SystemExit("--n and --parallel must be at least 1")
     if args.max_new_tokens is not None and args.max_new_tokens < 1 or args.temperature < 0:
         raise SystemExit("--max-new-tokens must be at least 1 and --temperature at least 0")
     if args.max_steps is not None and not 1 <= args.max_steps <= 200:
         raise SystemExit("--max-steps must be between 1 and 200")
+    from envcore.agents.catalog import LLMOptions
+    from envcore.agents.eval_run import EvaluationError, evaluate_into
+    from envcore.agents.evaluate import evaluation_episodes
+    from envcore.cache import ScenarioCache
+
     cache = ScenarioCache.open(args.cache)
     total = len(evaluation_episodes(cache, split=None if args.split == "any" else args.split, n=args.n))
     llm = LLMOptions(model=args.model, adapter=args.adapter, max_new_tokens=args.max_new_tokens,
