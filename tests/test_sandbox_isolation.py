@@ -182,6 +182,18 @@ def test_the_same_patch_earns_one_reward_from_fresh_and_template_workers(eager, 
         assert len(rewards(bundle, files, [eager, fresh_only], rounds=2)) == 1
 
 
+def test_probes_run_two_at_a_time_earn_what_they_earn_one_at_a_time(bundle, fixed):
+    """A verification alone on the sandbox runs two probes at once, each in its own worker: an app
+    that counts callers or remembers who read first sees no more from two lanes than from one."""
+    patch = with_middleware(fixed, COUNT_CALLERS + FIRST_READER_OWNS)
+    with Sandbox(limits=LIMITS, spares=1, templates=0, probe_lanes=1) as one, \
+            Sandbox(limits=LIMITS, spares=1, templates=0, probe_lanes=2) as two:
+        for files in (patch, fixed, bundle.files):
+            assert rewards(bundle, files, [one], rounds=1) == rewards(bundle, files, [two], rounds=2)
+        assert one.stats["second_lane"] == 0 and two.stats["second_lane"] > 0
+        assert_sandbox_healthy(two)
+
+
 # == no rollout can touch another rollout ===========================================================
 
 METADATA_ATTACKS = """

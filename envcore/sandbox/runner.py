@@ -17,7 +17,10 @@ it was serving and the rest of its probe fail; the other probes are unaffected. 
 load for the first probe that needs it, nothing is graded (``load_error``). If the whole run takes
 longer than its budget (``limits.verify_timeout_s`` plus ``limits.probe_allowance_s`` per probe),
 *every* probe fails, whichever had been answered: which probes finish in time depends on their
-order, so only the all-or-nothing rule is order-free.
+order, so only the all-or-nothing rule is order-free. Probes are independent, so a verification that
+is the only one running and whose workers each import the app runs two probes at once (two
+workers, each with its own folder); a template's workers share the template's folder and run one
+after the other.
 :class:`SandboxRunner` wraps this in the :class:`~envcore.runner.base.ProbeRunner` interface so the
 scenario check runs on it unchanged.
 """
@@ -25,6 +28,7 @@ scenario check runs on it unchanged.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from typing import Mapping, Sequence
 from urllib.parse import unquote
@@ -71,71 +75,163 @@ def run_sandboxed(
     limits = sandbox.limits
     started = time.perf_counter()
     budget_s = limits.verify_timeout_s + limits.probe_allowance_s * len(probes)
-    deadline = time.monotonic() + budget_s
     blocks = _gate_matcher(gate) if gate is not None else (lambda request: None)
-    template, plan = None, None
+    run = _Run(sandbox, source, tokens, blocks, deadline=time.monotonic() + budget_s)
+    sandbox.run_started()
     if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, tokens, blocks) > 1:
-        template = sandbox.templates.acquire(base)  # one import for the whole run instead of one per probe
-    responses: list[HttpResponse] = []
-    judged: list[Probe] = []
-    containment: dict | None = None
-    loaded_once = False
-    crashed = 0
-    sent = 0
+        run.template = sandbox.templates.acquire(base)  # one import for the whole run instead of one per probe
+    answers: list[list[HttpResponse] | None] = [None] * len(probes)
+    judged = len(probes)
     try:
-        for probe in probes:
-            requests = [step_request(step, tokens) for step in probe.steps]
-            answers: list[HttpResponse | None] = [blocks(r) for r in requests]
-            if any(a is None for a in answers):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _Timeout
-                try:
-                    worker = sandbox.spawn(source, template, plan)
-                    containment = worker.wait_ready(min(limits.load_timeout_s, left))
-                except (AppLoadFailure, WorkerGone) as exc:
-                    if not loaded_once:
-                        return RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started,
-                                         containment=containment)
-                    answers = [a or HttpResponse(None, error=f"the app did not load for this check: {exc}")
-                               for a in answers]
-                else:
-                    loaded_once = True
-                    # the probe's requests as this worker must get them: {app_root} is its own folder
-                    requests = [step_request(step, tokens, worker.workspace) for step in probe.steps]
-                    if plan is None and worker.swap_plan is not None:
-                        plan = worker.swap_plan  # the run's later workers apply it instead of planning again
-                    if template is not None and worker.swapped is False:
-                        # The patch is more than body changes: the rest load afresh, directly.
-                        sandbox.templates.release(template)
-                        template = None
-                    with worker:
-                        asked, gone = _serve_probe(worker, requests, answers, deadline, limits.request_timeout_s)
-                    sent += asked
-                    crashed += gone
-            responses.extend(answers)  # type: ignore[arg-type]
-            judged.append(probe)
-            if stop_on_failure:
-                outcomes, _ = assemble_outcomes(judged[-1:], answers)  # type: ignore[arg-type]
-                if not outcomes[0].passed:
+        # The first probe that needs the app settles the run: whether the app loads at all, and
+        # whether the patch swaps into the template (and how).
+        first = 0
+        while first < len(probes):
+            answers[first] = run.serve(probes[first])
+            first += 1
+            if run.loaded_once or run.load_error is not None:
+                break
+            if stop_on_failure and not _passed(probes[first - 1], answers[first - 1]):
+                break
+        if run.load_error is not None:
+            return RunReport(load_error=run.load_error, elapsed_s=time.perf_counter() - started,
+                             containment=run.containment)
+        rest = range(first, len(probes))
+        if stop_on_failure and first and not _passed(probes[first - 1], answers[first - 1]):
+            judged = first
+        elif stop_on_failure:
+            # In order, one after the other: the first failure ends the run.
+            for index in rest:
+                answers[index] = run.serve(probes[index])
+                if not _passed(probes[index], answers[index]):
+                    judged = index + 1
                     break
+        else:
+            run.serve_all(probes, rest, answers)
     except _Timeout:
         reason = f"not answered in time: checking this app took longer than {budget_s:g} s"
-        responses = [HttpResponse(None, error=reason) for probe in probes for _ in probe.steps]
-        judged = list(probes)
+        answers = [[HttpResponse(None, error=reason) for _ in probe.steps] for probe in probes]
+        judged = len(probes)
     finally:
-        if template is not None:
-            sandbox.templates.release(template)
-    outcomes, _ = assemble_outcomes(judged, responses)
+        run.close()
+        sandbox.run_ended()
+    responses = [answer for index in range(judged) for answer in answers[index]]  # type: ignore[union-attr]
+    outcomes, _ = assemble_outcomes(list(probes[:judged]), responses)
     return RunReport(
         load_error=None,
         outcomes=tuple(outcomes),
         elapsed_s=time.perf_counter() - started,
-        requests=sent,
-        stopped_early=len(judged) < len(probes),
-        containment=containment,
-        restarts=crashed,
+        requests=run.sent,
+        stopped_early=judged < len(probes),
+        containment=run.containment,
+        restarts=run.crashed,
     )
+
+
+def _passed(probe: Probe, answers: list[HttpResponse] | None) -> bool:
+    outcomes, _ = assemble_outcomes([probe], list(answers or []))
+    return outcomes[0].passed
+
+
+class _Run:
+    """The state one verification shares between its probes: the template lent to it, the swap plan
+    its first worker made, whether the app loaded, and the counters of the report. Probes after the
+    first may run in two lanes at once (:meth:`serve_all`); each still has a worker of its own, so
+    neither their order nor their overlap can change an answer."""
+
+    def __init__(self, sandbox: Sandbox, source: AppSource, tokens: Mapping[str, str], blocks, *,
+                 deadline: float) -> None:
+        self.sandbox, self.source, self.tokens, self.blocks = sandbox, source, tokens, blocks
+        self.deadline = deadline
+        self.template = None
+        self.plan = None
+        self.containment: dict | None = None
+        self.loaded_once = False
+        self.load_error: str | None = None
+        self.sent = 0
+        self.crashed = 0
+        self._lock = threading.Lock()
+
+    def serve(self, probe: Probe, *, lane: int = 0) -> list[HttpResponse]:
+        """One probe's answers, from a worker of its own (none if the gate answers every request).
+        Only lane 0 uses the run's template (a template's workers run one at a time)."""
+        limits = self.sandbox.limits
+        requests = [step_request(step, self.tokens) for step in probe.steps]
+        answers: list[HttpResponse | None] = [self.blocks(r) for r in requests]
+        if all(a is not None for a in answers):
+            return answers  # type: ignore[return-value]
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Timeout
+        template = self.template if lane == 0 else None
+        try:
+            worker = self.sandbox.spawn(self.source, template, self.plan if template is not None else None)
+            containment = worker.wait_ready(min(limits.load_timeout_s, left))
+        except (AppLoadFailure, WorkerGone) as exc:
+            if not self.loaded_once:
+                self.load_error = str(exc)
+                return [a or HttpResponse(None, error=str(exc)) for a in answers]
+            return [a or HttpResponse(None, error=f"the app did not load for this check: {exc}") for a in answers]
+        with self._lock:
+            self.loaded_once = True
+            self.containment = containment
+            if template is not None and self.plan is None and worker.swap_plan is not None:
+                self.plan = worker.swap_plan  # the run's later workers apply it instead of planning again
+            if template is not None and worker.swapped is False and self.template is template:
+                # The patch is more than body changes: the rest load afresh, directly.
+                self.template = None
+                self.sandbox.templates.release(template)
+        # the probe's requests as this worker must get them: {app_root} is its own folder
+        requests = [step_request(step, self.tokens, worker.workspace) for step in probe.steps]
+        with worker:
+            asked, gone = _serve_probe(worker, requests, answers, self.deadline, limits.request_timeout_s)
+        with self._lock:
+            self.sent += asked
+            self.crashed += gone
+            if lane:
+                self.sandbox.stats["second_lane"] += 1
+        return answers  # type: ignore[return-value]
+
+    def serve_all(self, probes: Sequence[Probe], indices: range, answers: list) -> None:
+        """Serve the probes at ``indices`` into ``answers``. A run whose workers each import the app
+        uses two lanes at once when the sandbox has a second to give (see
+        :attr:`~envcore.sandbox.pool.Sandbox.probe_lanes`), each lane taking the next probe as it
+        frees up; otherwise the probes run one after the other."""
+        pending = list(indices)
+        # A run with a template stays in one lane: a second lane's workers would import the app
+        # each (a template's worker costs a third of that), and measured slower, not faster.
+        if self.template is not None or len(pending) < 3 or not self.sandbox.second_lane_free():
+            for index in pending:
+                answers[index] = self.serve(probes[index])
+            return
+        queue_lock = threading.Lock()
+        failure: list[BaseException] = []
+
+        def lane(number: int) -> None:
+            while not failure:
+                with queue_lock:
+                    if not pending:
+                        return
+                    index = pending.pop(0)
+                try:
+                    answers[index] = self.serve(probes[index], lane=number)
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+                    failure.append(exc)
+                    return
+
+        helper = threading.Thread(target=lane, args=(1,), name="sandbox-probe-lane", daemon=True)
+        helper.start()
+        try:
+            lane(0)
+        finally:
+            helper.join()
+        if failure:
+            raise failure[0]
+
+    def close(self) -> None:
+        if self.template is not None:
+            self.sandbox.templates.release(self.template)
+            self.template = None
 
 
 def _needs_app(probes: Sequence[Probe], tokens: Mapping[str, str], blocks) -> int:
