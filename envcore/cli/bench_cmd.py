@@ -35,8 +35,10 @@ def register(groups: argparse._SubParsersAction) -> None:
                         "sandbox (every probe in a worker of its own, fresh shadow data per grading) and print p50/p95 "
                         "latency, side by side in the same run with the same probes in-process with the same "
                         "isolation (one import, a fork per probe: the floor), in-process with none, and the naive way "
-                        "(pytest + TestClient in a fresh subprocess). Also: one request through a live worker, unique "
-                        "memory per live worker, and verifications per second with every core busy. Linux only.")
+                        "(pytest + TestClient in a fresh subprocess). Also: the fork bound (fork, exit and reap of a process "
+                        "holding one app: the least a probe in a process of its own costs), one request through a live "
+                        "worker, unique memory per live worker, and verifications per second with every core busy. "
+                        "Linux only.")
     v.add_argument("--cache", default=None, help="scenario cache to take bundles from (default: the newest shipped)")
     v.add_argument("--n", type=int, default=40, help="scenarios to verify (default 40)")
     v.add_argument("--rounds", type=int, default=3, help="verifications of each scenario (default 3)")
@@ -154,6 +156,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         floor = bench.measure_inprocess(items, args.rounds, isolated=True)
         shared = bench.measure_inprocess(items, args.rounds, isolated=False)
         naive = bench.measure_naive(items[: args.naive]) if args.naive else None
+        fork = bench.measure_fork_bound(items[0][0])
         live, memory = bench.measure_live(sandbox, items[:5], 200)
         threads = bench.default_threads()
         rate, total = bench.measure_throughput(sandbox, items, args.throughput_s, threads)
@@ -180,6 +183,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if naive:
         print(f"naive pytest + TestClient subprocess: {naive.line()}; sandbox is {naive.p50 / s.p50:.0f}x faster "
               f"(p50 ratio; target >= 60x), {naive.p50 / fresh.all.p50:.0f}x with templates off")
+    per_run = probes[len(probes) // 2] * fork.p50
+    print(f"fork, exit and reap of a process holding one app (no probe run): {fork.line()}; x {probes[len(probes) // 2]} "
+          f"probes (the median) = {per_run:.0f} ms a verification before any work")
+    if naive:
+        print(f"  so a process per probe, one probe at a time, is at most {naive.p50 / per_run:.0f}x faster than naive "
+              f"here, at most {2 * naive.p50 / per_run:.0f}x with two probes at once on two CPUs")
     print(f"one request through a live worker: {live.line()}")
     if memory:
         print(f"unique memory (USS) per live worker: median {statistics.median(memory) / 1024:.1f} MB, "

@@ -17,6 +17,10 @@ shadow data drawn for it alone, every probe on the app exactly as loaded:
   grading cost before probes were isolated, and what it would cost if apps could remember);
 * **naive**: pytest with Starlette's ``TestClient`` in a fresh subprocess per verification, what a
   SWE-bench-style harness does (:mod:`envcore.runner.pytest_subprocess`);
+* the **fork bound**: a fork, an immediate exit and the reaping of a process holding one imported
+  app (the least a probe in a process of its own can cost, with no containment, no request and no
+  Python in between), measured in a clean interpreter; times the median probe count, it bounds any
+  per-probe isolation against the naive harness on this machine;
 * a **live worker**: one request's round trip, and the memory each live worker adds (USS);
 * **throughput**: verifications per second with one thread per CPU keeping every core busy.
 """
@@ -28,6 +32,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from envcore.cache import ScenarioCache
@@ -127,6 +132,42 @@ def measure_inprocess(items, rounds: int, *, isolated: bool) -> Distribution:
                 if not passed:
                     raise RuntimeError(f"the in-process baseline disagrees on {bundle.scenario_id}")
     return dist
+
+
+_FORK_BOUND_SCRIPT = """
+import gc, json, os, sys, tempfile, time
+from pathlib import Path
+from envcore.runner.inprocess import import_app, materialize
+spec = json.loads(sys.stdin.read())
+root = Path(tempfile.mkdtemp(prefix="a01-fork-bound-"))
+materialize(spec["files"], root)
+import_app(root, spec["files"], spec["entrypoint"], keep_modules=True)
+gc.collect()
+gc.freeze()
+samples = []
+for _ in range(spec["n"]):
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    samples.append((time.perf_counter() - started) * 1000)
+print(json.dumps(samples))
+"""
+
+
+def measure_fork_bound(bundle: Bundle, n: int = 200) -> Distribution:
+    """Fork, exit and reap of a clean interpreter that has imported ``bundle``'s app (see the module
+    docstring): what one probe in a process of its own costs before it does anything."""
+    import json
+    import subprocess
+    import sys
+
+    project = str(Path(__file__).resolve().parents[2])
+    spec = json.dumps({"files": dict(bundle.files), "entrypoint": bundle.entrypoint, "n": n})
+    done = subprocess.run([sys.executable, "-c", _FORK_BOUND_SCRIPT], input=spec, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": project}, check=True)
+    return Distribution(samples_ms=json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def measure_naive(items) -> Distribution:
