@@ -320,6 +320,20 @@ def test_a_prepared_template_is_taken_by_the_next_run():
         sandbox.templates.release(again)
 
 
+def test_a_base_drawn_for_one_grading_prepares_no_next_template():
+    """A shadow's base never comes back: taking its prepared template builds no other."""
+    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+        sandbox.prepare(BASE)
+        deadline = time.monotonic() + 30
+        while not sandbox.templates._prepared and time.monotonic() < deadline:
+            time.sleep(0.02)
+        link = sandbox.templates.acquire(BASE, again=False)
+        assert link is not None and sandbox.templates.stats["prepared_used"] == 1
+        time.sleep(0.3)
+        assert sandbox.templates.stats["built"] == 1 and not sandbox.templates._preparing
+        sandbox.templates.release(link)
+
+
 def test_base_that_does_not_load_falls_back_to_fresh_workers():
     broken = AppSource(dict(BASE_FILES, **{"tapp/main.py": MAIN + "\nraise RuntimeError('broken base')\n"}), ENTRY)
     with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:

@@ -74,7 +74,7 @@ from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
 from envcore.scenario.bundle import Bundle
 from envcore.verifier.report import VerificationReport
-from envcore.verifier.verify import graded_source, grading_data, verify
+from envcore.verifier.verify import GradingData, graded_source, grading_data, verify
 
 DEFAULT_MAX_STEPS = 30
 SEARCH_TIMEOUT_S = 0.25
@@ -120,9 +120,7 @@ class Episode:
         # forks its workers from a template of it, the first one built in the background now.
         self.base = graded_source(self.bundle, self.bundle.files, self.bundle)
         self.sandbox.prepare(self.base)
-        self.grading = grading_data(self.bundle)
-        """The data submit grades on: a shadow drawn for this episode's one grading, never shown.
-        Drawn now so that its template can be built while the agent works (at the first patch)."""
+        self._grading: GradingData | None = None
         self._grading_prepared = False
         self._live: LiveApp | None = None
         self._diff: str | None = None
@@ -333,6 +331,15 @@ class Episode:
         if not self._grading_prepared:  # a patch is coming to submit: build its grading's template meanwhile
             self._grading_prepared = True
             self.sandbox.prepare(self.grading.base())
+
+    @property
+    def grading(self) -> GradingData:
+        """The data submit grades on: a shadow drawn for this episode's one grading, never shown.
+        Drawn at the first patch (so its template is built while the agent works) or at submit,
+        never at reset: drawing costs about 10 ms, which a reset should not pay."""
+        if self._grading is None:
+            self._grading = grading_data(self.bundle)
+        return self._grading
 
     def _apply_patch(self, action: ApplyPatch) -> A01Observation:
         try:

@@ -68,10 +68,12 @@ def run_sandboxed(
     gate: Gate | None = None,
     stop_on_failure: bool = False,
     base: AppSource | None = None,
+    base_again: bool = True,
 ) -> RunReport:
     """Run ``probes`` against ``source``, each in a fresh worker; see the module docstring. ``base``
     (the trusted app ``source`` was patched from, with the same data files) lets the workers come
-    from a template of that app, lent to this run, when the patch fits it."""
+    from a template of that app, lent to this run, when the patch fits it; ``base_again`` says
+    whether a later run may want the same base (then the next template of it is prepared)."""
     limits = sandbox.limits
     started = time.perf_counter()
     budget_s = limits.verify_timeout_s + limits.probe_allowance_s * len(probes)
@@ -79,7 +81,7 @@ def run_sandboxed(
     run = _Run(sandbox, source, tokens, blocks, deadline=time.monotonic() + budget_s)
     sandbox.run_started()
     if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, tokens, blocks) > 1:
-        run.template = sandbox.templates.acquire(base)  # one import for the whole run instead of one per probe
+        run.template = sandbox.templates.acquire(base, again=base_again)  # one import for the whole run instead of one per probe
     answers: list[list[HttpResponse] | None] = [None] * len(probes)
     judged = len(probes)
     try:

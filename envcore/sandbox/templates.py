@@ -23,8 +23,9 @@ qualifies and otherwise says ``unswappable``, and the run falls back to fresh wo
 ``max_templates`` templates live at once; past that a run loads afresh. :meth:`Templates.prepare`
 builds one in the background for a base that a run is about to want (an episode announces its
 scenario at reset), so that the first run finds it ready, and taking a prepared template prepares
-the next one for the same base (an episode's next test run); a template that fails to import its
-(trusted) app is remembered as such and not retried.
+the next one for the same base (an episode's next test run), unless the run says its base will not
+come back (a shadow drawn for one grading); a template that fails to import its (trusted) app is
+remembered as such and not retried.
 """
 
 from __future__ import annotations
@@ -168,9 +169,11 @@ class Templates:
         return self.max_templates > 0
 
     # -- lending ----------------------------------------------------------------------------
-    def acquire(self, base: AppSource) -> TemplateLink | None:
+    def acquire(self, base: AppSource, *, again: bool = True) -> TemplateLink | None:
         """A template of ``base`` for the caller alone (a prepared one, else built now), or ``None``
-        when templates are off, too many are alive, or ``base`` does not import."""
+        when templates are off, too many are alive, or ``base`` does not import. Taking a prepared
+        one prepares the next for the same base, unless ``again`` is false (a base drawn for one
+        grading is never wanted twice)."""
         if not self.enabled or self._closed:
             return None
         key = base_key(base)
@@ -188,7 +191,7 @@ class Templates:
         if link is not None and not self._usable(link):
             self._retire(link)
             link = None
-        elif link is not None:
+        elif link is not None and again:
             self.prepare(base)  # wanted again (an episode's next test run): the next one builds meanwhile
         if link is None:
             link = self._build_or_none(key, base)

@@ -119,7 +119,9 @@ def verify(
     _random.shuffle(probes)
     tokens = {user.username: user.token for user in graded.users}
     try:
-        run = run_sandboxed(sandbox, graded_source(bundle, files, graded), probes, tokens, base=data.base())
+        # A shadow is drawn for one grading: its template is never wanted again, so none is prepared.
+        run = run_sandboxed(sandbox, graded_source(bundle, files, graded), probes, tokens, base=data.base(),
+                            base_again=not data.shadow)
         load_error = run.load_error
         if load_error is not None and data.shadow:
             load_error = _visible_load_error(sandbox, bundle, files)
