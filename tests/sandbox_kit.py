@@ -103,6 +103,18 @@ def module_fixtures():
     return target, bundle, fixed, sb
 
 
+def sandbox_fixture(limits: SandboxLimits):
+    """A module-scoped ``sb`` fixture: one sandbox with ``limits`` for a whole test module."""
+
+    @pytest.fixture(scope="module")
+    def sb():
+        box = Sandbox(limits=limits, spares=1).start()
+        yield box
+        box.close()
+
+    return sb
+
+
 # -- building malicious apps ------------------------------------------------------------------------
 
 def with_code(files: dict[str, str], code: str) -> dict[str, str]:

@@ -18,17 +18,13 @@ from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.sandbox import Sandbox, SandboxLimits, supported_platform
 from envcore.sandbox.pool import SPAWN_ATTEMPTS, AppLoadFailure
 from envcore.verifier import verify
+from tests.sandbox_kit import sandbox_fixture
 
 pytestmark = pytest.mark.skipif(supported_platform() is not None, reason="the sandbox is Linux only")
 
 LIMITS = SandboxLimits(request_timeout_s=2, load_timeout_s=4, verify_timeout_s=20, cpu_s=3, memory_mb=160)
 
-
-@pytest.fixture(scope="module")
-def sb():
-    box = Sandbox(limits=LIMITS, spares=1).start()
-    yield box
-    box.close()
+sb = sandbox_fixture(LIMITS)
 
 
 @pytest.fixture(scope="module")

@@ -15,22 +15,18 @@ import textwrap
 import pytest
 
 from envcore.patching import apply_patch
-from envcore.sandbox import Sandbox, SandboxLimits, supported_platform
+from envcore.sandbox import SandboxLimits, supported_platform
 from envcore.scenario.probes import ProbeKind
 from envcore.verifier import grading_data, verify
 from envcore.verifier.disclosure import disclose, disclosure_for
 from envcore.verifier.verify import SHADOW_LOAD_ERROR
+from tests.sandbox_kit import sandbox_fixture
 
 pytestmark = pytest.mark.skipif(supported_platform() is not None, reason="the sandbox is Linux only")
 
 LIMITS = SandboxLimits(request_timeout_s=2, load_timeout_s=4, verify_timeout_s=20, cpu_s=5, memory_mb=160)
 
-
-@pytest.fixture(scope="module")
-def sb():
-    box = Sandbox(limits=LIMITS, spares=1).start()
-    yield box
-    box.close()
+sb = sandbox_fixture(LIMITS)
 
 
 @pytest.fixture(scope="module")

@@ -356,6 +356,11 @@ class ProbeContext:
     def security(self, title: str, steps: list[ProbeStep], *sites: str) -> Probe:
         return self.probe(ProbeKind.SECURITY, "sec", title, steps, sites=tuple(sites))
 
+    def legacy_read_security(self, record: RecordSpec) -> Probe:
+        """The exploit through the v1 alias: other users read ``record`` there and get nothing."""
+        return self.security(f"other users cannot read the victim's {self.names.s} through the v1 alias",
+                             self.read_steps(record, legacy=True), "legacy")
+
 
 def step(actor: str | None, method: str, path: str, *expect: Fact, **kw) -> ProbeStep:
     return ProbeStep(actor=actor, method=method, path=path, expect=tuple(expect), **kw)

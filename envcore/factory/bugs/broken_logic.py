@@ -47,13 +47,7 @@ def _read_probes(ctx: ProbeContext):
         )
     ]
     if "legacy_alias" in ctx.spec.features:  # the alias asks the same helper
-        out.append(
-            ctx.security(
-                f"other users cannot read the victim's {ctx.names.s} through the v1 alias",
-                ctx.read_steps(record, legacy=True),
-                "legacy",
-            )
-        )
+        out.append(ctx.legacy_read_security(record))
     return out
 
 

@@ -41,13 +41,7 @@ def _probes(*sites: str):
                 )
             )
         if "legacy" in sites:
-            out.append(
-                ctx.security(
-                    f"other users cannot read the victim's {ctx.names.s} through the v1 alias",
-                    ctx.read_steps(record, legacy=True),
-                    "legacy",
-                )
-            )
+            out.append(ctx.legacy_read_security(record))
         return out
 
     return build
