@@ -345,6 +345,9 @@ class Sandbox:
         self._janitor.start()
         self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-zygote-starter")
         """The one thread every zygote is started from (its parent-death signal is tied to it)."""
+        self.lane_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-probe-lane")
+        """The thread that serves verifications' second lane (one, kept: a thread per run would leave
+        a malloc arena per thread behind)."""
         self.zygote_restarts = 0
         self._zygote_started = False
         self._slots = threading.BoundedSemaphore(max_workers)
@@ -798,6 +801,7 @@ class Sandbox:
         with self._lock:
             self._discard_zygote()
         self._starter.shutdown(wait=False)
+        self.lane_pool.shutdown(wait=False)
         self._trash.put(None)
         self._janitor.join(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)

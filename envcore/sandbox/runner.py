@@ -221,12 +221,15 @@ class _Run:
                     failure.append(exc)
                     return
 
-        helper = threading.Thread(target=lane, args=(1,), name="sandbox-probe-lane", daemon=True)
-        helper.start()
+        try:
+            helper = self.sandbox.lane_pool.submit(lane, 1)
+        except RuntimeError:  # the sandbox is closing: one lane
+            helper = None
         try:
             lane(0)
         finally:
-            helper.join()
+            if helper is not None:
+                helper.result()
         if failure:
             raise failure[0]
 
