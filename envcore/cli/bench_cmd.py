@@ -142,8 +142,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     print(f"isolation: {bench.ISOLATION}")
     items = bench.patched_bundles(ScenarioCache.open(args.cache), args.n)
     probes = sorted(len(b.probes) for b, _ in items)
+    median_probes = probes[len(probes) // 2]
     steps = sorted(sum(len(p.steps) for p in b.probes) for b, _ in items)
-    print(f"scenarios: {len(items)} (probes per verification: median {probes[len(probes) // 2]}, max {probes[-1]}; "
+    print(f"scenarios: {len(items)} (probes per verification: median {median_probes}, max {probes[-1]}; "
           f"requests: median {steps[len(steps) // 2]}, max {steps[-1]})")
 
     with Sandbox(spares=args.spares, templates=0) as sandbox:
@@ -183,8 +184,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if naive:
         print(f"naive pytest + TestClient subprocess: {naive.line()}; sandbox is {naive.p50 / s.p50:.0f}x faster "
               f"(p50 ratio; target >= 60x), {naive.p50 / fresh.all.p50:.0f}x with templates off")
-    per_run = probes[len(probes) // 2] * fork.p50
-    print(f"fork, exit and reap of a process holding one app (no probe run): {fork.line()}; x {probes[len(probes) // 2]} "
+    per_run = median_probes * fork.p50
+    print(f"fork, exit and reap of a process holding one app (no probe run): {fork.line()}; x {median_probes} "
           f"probes (the median) = {per_run:.0f} ms a verification before any work")
     if naive:
         print(f"  so a process per probe, one probe at a time, is at most {naive.p50 / per_run:.0f}x faster than naive "

@@ -22,7 +22,9 @@ for other systems.
 from __future__ import annotations
 
 import errno
+import hashlib
 import itertools
+import marshal
 import os
 import queue
 import shutil
@@ -33,16 +35,14 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-import hashlib
-import marshal
-from collections import OrderedDict, deque
 from typing import Any, Mapping, Sequence
 
+from envcore.filetree import tree_problem
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
-from envcore.filetree import tree_problem
 from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.sandbox.containment import can_leave_idle_priority
 from envcore.sandbox.limits import SandboxLimits
@@ -59,12 +59,12 @@ COMPILED_CACHE_SIZE = 4096
 SPARE_READY_TIMEOUT_S = 60.0
 SHM_MIN_FREE_BYTES = 2 << 30
 SPAWN_ATTEMPTS = 3
+"""Workers :meth:`Sandbox.spawn` starts for one app before calling the sandbox broken."""
 OUR_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
                               errno.EROFS, errno.EAGAIN})
 """Errors writing an app's files that say something about the machine (a full disk, no memory, too
 many open files), not about the files: infrastructure errors. Any other (a name too long, a file
 where a folder must be) is the files' own fault."""
-"""Workers :meth:`Sandbox.spawn` starts for one app before calling the sandbox broken."""
 TRUSTED_FILENAME = "<trusted>"
 """Placeholder file name of code compiled here; the worker gives it the file's real path."""
 

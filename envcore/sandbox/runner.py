@@ -86,30 +86,21 @@ def run_sandboxed(
     judged = len(probes)
     try:
         # The first probe that needs the app settles the run: whether the app loads at all, and
-        # whether the patch swaps into the template (and how).
-        first = 0
-        while first < len(probes):
-            answers[first] = run.serve(probes[first])
-            first += 1
-            if run.loaded_once or run.load_error is not None:
+        # whether the patch swaps into the template (and how). With ``stop_on_failure`` every probe
+        # runs in order, one after the other, and the first failure ends the run.
+        index = 0
+        while index < len(probes) and judged == len(probes):
+            answers[index] = run.serve(probes[index])
+            index += 1
+            if run.load_error is not None:
+                return RunReport(load_error=run.load_error, elapsed_s=time.perf_counter() - started,
+                                 containment=run.containment)
+            if stop_on_failure and not _passed(probes[index - 1], answers[index - 1]):
+                judged = index
+            elif run.loaded_once and not stop_on_failure:
                 break
-            if stop_on_failure and not _passed(probes[first - 1], answers[first - 1]):
-                break
-        if run.load_error is not None:
-            return RunReport(load_error=run.load_error, elapsed_s=time.perf_counter() - started,
-                             containment=run.containment)
-        rest = range(first, len(probes))
-        if stop_on_failure and first and not _passed(probes[first - 1], answers[first - 1]):
-            judged = first
-        elif stop_on_failure:
-            # In order, one after the other: the first failure ends the run.
-            for index in rest:
-                answers[index] = run.serve(probes[index])
-                if not _passed(probes[index], answers[index]):
-                    judged = index + 1
-                    break
-        else:
-            run.serve_all(probes, rest, answers)
+        if judged == len(probes):
+            run.serve_all(probes, range(index, len(probes)), answers)
     except _Timeout:
         reason = f"not answered in time: checking this app took longer than {budget_s:g} s"
         answers = [[HttpResponse(None, error=reason) for _ in probe.steps] for probe in probes]

@@ -27,12 +27,14 @@ shadow data drawn for it alone, every probe on the app exactly as loaded:
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from envcore.cache import ScenarioCache
@@ -42,9 +44,9 @@ from envcore.runner.execute import plan_requests
 from envcore.runner.inprocess import InProcessRunner
 from envcore.runner.pytest_subprocess import PytestSubprocessRunner
 from envcore.sandbox.live import LiveApp
-from envcore.sandbox.pool import Sandbox
+from envcore.sandbox.pool import PROJECT_ROOT, Sandbox
 from envcore.scenario.bundle import Bundle
-from envcore.verifier.verify import grading_data, graded_source, verify
+from envcore.verifier.verify import graded_source, grading_data, verify
 
 ISOLATION = ("every probe in a worker of its own, forked from a trusted process (the template lent to the run, "
              "or the zygote) and stopped after the probe; shadow data drawn for every grading")
@@ -159,14 +161,9 @@ print(json.dumps(samples))
 def measure_fork_bound(bundle: Bundle, n: int = 200) -> Distribution:
     """Fork, exit and reap of a clean interpreter that has imported ``bundle``'s app (see the module
     docstring): what one probe in a process of its own costs before it does anything."""
-    import json
-    import subprocess
-    import sys
-
-    project = str(Path(__file__).resolve().parents[2])
     spec = json.dumps({"files": dict(bundle.files), "entrypoint": bundle.entrypoint, "n": n})
     done = subprocess.run([sys.executable, "-c", _FORK_BOUND_SCRIPT], input=spec, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": project}, check=True)
+                          timeout=120, env={**os.environ, "PYTHONPATH": PROJECT_ROOT}, check=True)
     return Distribution(samples_ms=json.loads(done.stdout.strip().splitlines()[-1]))
 
 
