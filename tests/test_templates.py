@@ -303,18 +303,21 @@ def test_templates_are_lent_one_run_at_a_time_and_bounded():
             sandbox.templates.release(link)
 
 
+def _wait_until_prepared(sandbox, timeout_s: float = 30.0) -> None:
+    """Until a template built in the background is ready (or ``timeout_s`` has passed)."""
+    deadline = time.monotonic() + timeout_s
+    while not sandbox.templates._prepared and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_a_prepared_template_is_taken_by_the_next_run():
     with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
         sandbox.prepare(BASE)
-        deadline = time.monotonic() + 30
-        while not sandbox.templates._prepared and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_until_prepared(sandbox)
         link = sandbox.templates.acquire(BASE)
         assert link is not None and sandbox.templates.stats["prepared_used"] == 1
         sandbox.templates.release(link)
-        deadline = time.monotonic() + 30
-        while not sandbox.templates._prepared and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_until_prepared(sandbox)
         again = sandbox.templates.acquire(BASE)  # the next run of that base finds the next one ready
         assert again is not None and sandbox.templates.stats["prepared_used"] == 2
         sandbox.templates.release(again)
@@ -324,9 +327,7 @@ def test_a_base_drawn_for_one_grading_prepares_no_next_template():
     """A shadow's base never comes back: taking its prepared template builds no other."""
     with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
         sandbox.prepare(BASE)
-        deadline = time.monotonic() + 30
-        while not sandbox.templates._prepared and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_until_prepared(sandbox)
         link = sandbox.templates.acquire(BASE, again=False)
         assert link is not None and sandbox.templates.stats["prepared_used"] == 1
         time.sleep(0.3)

@@ -121,7 +121,6 @@ class Episode:
         self.base = graded_source(self.bundle, self.bundle.files, self.bundle)
         self.sandbox.prepare(self.base)
         self._grading: GradingData | None = None
-        self._grading_prepared = False
         self._live: LiveApp | None = None
         self._diff: str | None = None
         """The current diff, made once per patch (``None``: not made since the last one)."""
@@ -328,8 +327,7 @@ class Episode:
         self.phase = "patched"
         if self._live is not None:
             self._live.update(AppSource(dict(files), self.bundle.entrypoint))
-        if not self._grading_prepared:  # a patch is coming to submit: build its grading's template meanwhile
-            self._grading_prepared = True
+        if self._grading is None:  # the first patch (only a patch or submit draws it): build its template meanwhile
             self.sandbox.prepare(self.grading.base())
 
     @property

@@ -88,6 +88,38 @@ def _manager_fix(flaw, how: str) -> NarrowFix:
                      {"auth.identity": override_only_when(flaw, plays("manager", record=False))}, ("tenant",))
 
 
+def _leak(ctx: ProbeContext, record) -> BodyExcludes:
+    """What a response must not hold for ``record``: its title and its secrets."""
+    return BodyExcludes(texts=(ctx.title(record), *ctx.secrets(record)))
+
+
+def _forged_reads(ctx: ProbeContext, record, forged: dict) -> tuple[list, list]:
+    """(reads, listings): the attacker asks for ``record`` by id (and through the v1 alias), and
+    lists (and searches) the records, each request carrying the ``forged`` headers or query; none
+    may show the record."""
+    n = ctx.names
+    leak = _leak(ctx, record)
+    reads = ctx.read_steps(record, **forged)
+    listings = [step(ctx.who("attacker"), "GET", f"/api/{n.p}", leak, **forged)]
+    if "legacy_alias" in ctx.spec.features:
+        reads += ctx.read_steps(record, legacy=True, **forged)
+    if "search" in ctx.spec.features:
+        search = {**forged, "query": {**forged.get("query", {}), "q": ctx.title(record).split()[-1]}}
+        listings.append(step(ctx.who("attacker"), "GET", f"/api/{n.p}/search", leak, **search))
+    return reads, listings
+
+
+def _forged_edit(ctx: ProbeContext, forged_title: str, forged: dict) -> list:
+    """The attacker edits the victim's record carrying the ``forged`` headers or query; the victim
+    then reads it unchanged."""
+    target = ctx.record("target_update")
+    return [
+        step(ctx.who("attacker"), "PATCH", ctx.detail(target), *denied(), json_body={ctx.names.title: forged_title},
+             **forged),
+        step(ctx.user("victim").username, "GET", ctx.detail(target), BodyExcludes(texts=(forged_title,))),
+    ]
+
+
 def _impersonation(via: str):
     """Probes for a user id taken from the request: an ``X-User-Id`` header or an ``as_user`` parameter."""
 
@@ -101,23 +133,13 @@ def _impersonation(via: str):
         victim = ctx.user("victim")
         record = ctx.record("read")
         as_victim = spoof(victim.user_id)
-        leak = BodyExcludes(texts=(ctx.title(record), *ctx.secrets(record)))
-        reads = ctx.read_steps(record, **as_victim)
-        listings = [step(ctx.who("attacker"), "GET", f"/api/{n.p}", leak, **as_victim)]
-        if "legacy_alias" in ctx.spec.features:
-            reads += ctx.read_steps(record, legacy=True, **as_victim)
-        if "search" in ctx.spec.features:
-            search = {**as_victim, "query": {**as_victim.get("query", {}), "q": ctx.title(record).split()[-1]}}
-            listings.append(step(ctx.who("attacker"), "GET", f"/api/{n.p}/search", leak, **search))
-        target = ctx.record("target_update")
+        reads, listings = _forged_reads(ctx, record, as_victim)
         forged = f"Edited as someone else {ctx.token('impersonate')}"
         return [
             ctx.security(f"{what} cannot make a request read the victim's {n.s}", reads, "detail"),
             ctx.security(f"{what} cannot show the victim's {n.p} in a listing", listings, "detail"),
-            ctx.security(f"{what} cannot make a request edit the victim's {n.s}", [
-                step(ctx.who("attacker"), "PATCH", ctx.detail(target), *denied(), json_body={n.title: forged}, **as_victim),
-                step(victim.username, "GET", ctx.detail(target), BodyExcludes(texts=(forged,))),
-            ], "detail"),
+            ctx.security(f"{what} cannot make a request edit the victim's {n.s}", _forged_edit(ctx, forged, as_victim),
+                         "detail"),
             ctx.security(f"{what} naming an administrator grants no administrator rights",
                          ctx.admin_steps("GET", "/api/admin/users", victim.email, **spoof(ctx.user("admin").user_id)),
                          "detail"),
@@ -134,29 +156,19 @@ def _role_header(ctx: ProbeContext):
     victim = ctx.user("victim")
     record = ctx.record("read")
     as_admin = {"headers": {"X-Role": "admin"}}
-    leak = BodyExcludes(texts=(ctx.title(record), *ctx.secrets(record)))
-    reads = ctx.read_steps(record, **as_admin)
-    listings = [step(ctx.who("attacker"), "GET", f"/api/{n.p}", leak, **as_admin)]
-    if "legacy_alias" in ctx.spec.features:
-        reads += ctx.read_steps(record, legacy=True, **as_admin)
-    if "search" in ctx.spec.features:
-        listings.append(step(ctx.who("attacker"), "GET", f"/api/{n.p}/search", leak, query={"q": ctx.title(record).split()[-1]},
-                             **as_admin))
+    reads, listings = _forged_reads(ctx, record, as_admin)
     if ctx.spec.tenanted:  # a manager reads and lists every record of their tenant
         as_manager = {"headers": {"X-Role": "manager"}}
         reads.append(step(ctx.who("attacker"), "GET", ctx.detail(record), *denied(ctx.title(record)), **as_manager))
-        listings.append(step(ctx.who("attacker"), "GET", f"/api/{n.p}", leak, **as_manager))
-    target = ctx.record("target_update")
+        listings.append(step(ctx.who("attacker"), "GET", f"/api/{n.p}", _leak(ctx, record), **as_manager))
     forged = f"Edited with a forged role {ctx.token('role')}"
     return [
         ctx.security("an X-Role header cannot grant administrator rights",
                      ctx.admin_steps("GET", "/api/admin/users", victim.email, **as_admin), "admin.users"),
         ctx.security(f"an X-Role header cannot make a request read the victim's {n.s}", reads, "admin.users"),
         ctx.security(f"an X-Role header cannot show the victim's {n.p} in a listing", listings, "admin.users"),
-        ctx.security(f"an X-Role header cannot make a request edit the victim's {n.s}", [
-            step(ctx.who("attacker"), "PATCH", ctx.detail(target), *denied(), json_body={n.title: forged}, **as_admin),
-            step(victim.username, "GET", ctx.detail(target), BodyExcludes(texts=(forged,))),
-        ], "admin.users"),
+        ctx.security(f"an X-Role header cannot make a request edit the victim's {n.s}", _forged_edit(ctx, forged, as_admin),
+                     "admin.users"),
     ]
 
 
