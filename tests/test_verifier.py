@@ -177,3 +177,15 @@ def test_random_probe_order_never_changes_a_verdict(sandbox, shipped):
         fixed = apply_patch(bundle.files, bundle.reference_fix)
         assert verify(bundle, fixed, sandbox=sandbox).resolution is Resolution.FULL, scenario_id
         assert verify(bundle, bundle.files, sandbox=sandbox).resolution is Resolution.NO, scenario_id
+
+
+def test_the_fork_bound_runs_every_probe_in_a_fork_of_its_own(shipped):
+    """bench verify's bound on any process-per-probe design: its forks really serve the probes (a
+    fork that got no response fails the measurement), and serving costs more than a bare fork."""
+    from envcore.verifier.bench import measure_fork_bound
+
+    bundle = shipped.load(shipped.ids()[0])
+    bound = measure_fork_bound(bundle, n=9)
+    assert [len(d.samples_ms) for d in (bound.bare, bound.pristine, bound.served)] == [9, 9, 9]
+    assert bound.requests >= 1
+    assert bound.pristine.p50 > bound.bare.p50

@@ -36,7 +36,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                         "latency, side by side in the same run with the same probes in-process with the same "
                         "isolation (one import, a fork per probe: the floor), in-process with none, and the naive way "
                         "(pytest + TestClient in a fresh subprocess). Also: the fork bound (fork, exit and reap of a process "
-                        "holding one app: the least a probe in a process of its own costs), one request through a live "
+                        "holding one app, with and without one probe's requests: what a probe in a process of its own "
+                        "costs with no sandbox, and so how far any process-per-probe design can beat naive), one request through a live "
                         "worker, unique memory per live worker, and verifications per second with every core busy. "
                         "Linux only.")
     v.add_argument("--cache", default=None, help="scenario cache to take bundles from (default: the newest shipped)")
@@ -184,12 +185,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if naive:
         print(f"naive pytest + TestClient subprocess: {naive.line()}; sandbox is {naive.p50 / s.p50:.0f}x faster "
               f"(p50 ratio; target >= 60x), {naive.p50 / fresh.all.p50:.0f}x with templates off")
-    per_run = median_probes * fork.p50
-    print(f"fork, exit and reap of a process holding one app (no probe run): {fork.line()}; x {median_probes} "
-          f"probes (the median) = {per_run:.0f} ms a verification before any work")
+    bare_run, pristine_run, served_run = (median_probes * d.p50 for d in (fork.bare, fork.pristine, fork.served))
+    print(f"fork, exit and reap of a process holding one app (no probe run): {fork.bare.line()}; x {median_probes} "
+          f"probes (the median) = {bare_run:.0f} ms a verification before any work")
+    print(f"one probe in a fork of its own, no sandbox (fork, {fork.requests:.1f} requests on the app as loaded, "
+          f"exit, reap): {fork.pristine.line()}; x {median_probes} = {pristine_run:.0f} ms a verification")
+    print(f"  forked from a copy that had served every probe once (warm code paths, so not the app as loaded): "
+          f"{fork.served.line()}; x {median_probes} = {served_run:.0f} ms")
     if naive:
-        print(f"  so a process per probe, one probe at a time, is at most {naive.p50 / per_run:.0f}x faster than naive "
-              f"here, at most {2 * naive.p50 / per_run:.0f}x with two probes at once on two CPUs")
+        print(f"  so a process per probe is at most {naive.p50 / pristine_run:.0f}x faster than naive here one probe "
+              f"at a time, {2 * naive.p50 / pristine_run:.0f}x with two at once on two CPUs "
+              f"({2 * naive.p50 / served_run:.0f}x even from a served copy; {2 * naive.p50 / bare_run:.0f}x "
+              "if a probe did no work at all)")
     print(f"one request through a live worker: {live.line()}")
     if memory:
         print(f"unique memory (USS) per live worker: median {statistics.median(memory) / 1024:.1f} MB, "

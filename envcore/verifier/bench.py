@@ -17,10 +17,12 @@ shadow data drawn for it alone, every probe on the app exactly as loaded:
   grading cost before probes were isolated, and what it would cost if apps could remember);
 * **naive**: pytest with Starlette's ``TestClient`` in a fresh subprocess per verification, what a
   SWE-bench-style harness does (:mod:`envcore.runner.pytest_subprocess`);
-* the **fork bound**: a fork, an immediate exit and the reaping of a process holding one imported
-  app (the least a probe in a process of its own can cost, with no containment, no request and no
-  Python in between), measured in a clean interpreter; times the median probe count, it bounds any
-  per-probe isolation against the naive harness on this machine;
+* the **fork bound**, measured in a clean interpreter warmed as the zygote is and holding one
+  imported app: a fork, an immediate exit and the reaping (the least a probe in a process of its
+  own can cost), and the same with one probe's requests run in the child (all the work an isolated
+  probe needs, with no containment and no grading around it), also from a copy that has served
+  every probe once; times the median probe count, these bound any per-probe isolation against the
+  naive harness on this machine;
 * a **live worker**: one request's round trip, and the memory each live worker adds (USS);
 * **throughput**: verifications per second with one thread per CPU keeping every core busy.
 """
@@ -137,34 +139,95 @@ def measure_inprocess(items, rounds: int, *, isolated: bool) -> Distribution:
 
 
 _FORK_BOUND_SCRIPT = """
-import gc, json, os, sys, tempfile, time
+import asyncio, gc, json, os, sys, tempfile, time
 from pathlib import Path
-from envcore.runner.inprocess import import_app, materialize
-spec = json.loads(sys.stdin.read())
+from envcore.runner.execute import plan_requests
+from envcore.runner.http import Lifespan, call_asgi
+from envcore.runner.inprocess import _endpoint_context_cache, _endpoints, _seed_endpoint_context, import_app, materialize
+from envcore.sandbox.warmup import warmup_apps
+from envcore.sandbox.worker import rehearse
+from envcore.scenario.bundle import Bundle
+bundle = Bundle.model_validate_json(sys.stdin.read())
+n = int(sys.argv[1])
+warm = asyncio.new_event_loop()
+for sample in warmup_apps():  # the zygote's warm-up: first-use work of the libraries done once
+    rehearse(sample, Path(tempfile.mkdtemp(prefix="a01-warmup-")), warm)
+warm.close()
 root = Path(tempfile.mkdtemp(prefix="a01-fork-bound-"))
-materialize(spec["files"], root)
-import_app(root, spec["files"], spec["entrypoint"], keep_modules=True)
-gc.collect()
-gc.freeze()
-samples = []
-for _ in range(spec["n"]):
-    started = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    samples.append((time.perf_counter() - started) * 1000)
-print(json.dumps(samples))
+materialize(bundle.files, root)
+os.chdir(root)
+app = import_app(root, bundle.files, bundle.entrypoint, keep_modules=True)
+_seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
+asyncio.new_event_loop().run_until_complete(Lifespan(app).startup())
+tokens = {u.username: u.token for u in bundle.users}
+plans = [plan_requests([probe], tokens, str(root)) for probe in bundle.probes]
+
+
+def forks(n, plans):
+    # n forks of this process, each running one probe's requests (none without plans) and exiting
+    gc.collect()
+    gc.freeze()
+    samples = []
+    for i in range(n):
+        read_fd, write_fd = os.pipe()
+        started = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            gc.disable()
+            answered = True
+            if plans:
+                loop = asyncio.new_event_loop()
+                for request in plans[i % len(plans)]:
+                    answered = loop.run_until_complete(call_asgi(app, request)).status is not None and answered
+            os.write(write_fd, b"k" if answered else b"x")
+            os._exit(0)
+        os.close(write_fd)
+        if os.read(read_fd, 1) != b"k":
+            sys.exit("a probe in its fork got no response")
+        os.waitpid(pid, 0)
+        samples.append((time.perf_counter() - started) * 1000)
+        os.close(read_fd)
+    return samples
+
+
+bare = forks(n, [])
+pristine = forks(n, plans)
+loop = asyncio.new_event_loop()  # serve every probe here once: no longer the app as loaded
+for plan in plans:
+    for request in plan:
+        loop.run_until_complete(call_asgi(app, request))
+served = forks(n, plans)
+print(json.dumps({"bare": bare, "pristine": pristine, "served": served,
+                  "requests": sum(map(len, plans)) / len(plans)}))
 """
 
 
-def measure_fork_bound(bundle: Bundle, n: int = 200) -> Distribution:
-    """Fork, exit and reap of a clean interpreter that has imported ``bundle``'s app (see the module
-    docstring): what one probe in a process of its own costs before it does anything."""
-    spec = json.dumps({"files": dict(bundle.files), "entrypoint": bundle.entrypoint, "n": n})
-    done = subprocess.run([sys.executable, "-c", _FORK_BOUND_SCRIPT], input=spec, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": PROJECT_ROOT}, check=True)
-    return Distribution(samples_ms=json.loads(done.stdout.strip().splitlines()[-1]))
+@dataclass
+class ForkBound:
+    """What a probe in a process of its own costs with nothing but a fork around it."""
+
+    bare: Distribution
+    """Fork, immediate exit, reap: the least any process per probe costs."""
+    pristine: Distribution
+    """Fork, one probe's requests on the fresh copy of the app as loaded (each of the bundle's probes
+    in turn), exit, reap: all the work one isolated probe needs, with no sandbox."""
+    served: Distribution
+    """The same, forked from a copy that has already served every probe once (its code paths warm):
+    what isolation could cost at best, if a served app were allowed to stand for the app as loaded
+    (it is not: serving changes its state)."""
+    requests: float
+    """Requests per probe, the mean over the bundle's probes."""
+
+
+def measure_fork_bound(bundle: Bundle, n: int = 200) -> ForkBound:
+    """The fork bound (see the module docstring), measured in a clean interpreter warmed as the
+    zygote is, that has imported ``bundle``'s app."""
+    done = subprocess.run([sys.executable, "-c", _FORK_BOUND_SCRIPT, str(n)], input=bundle.model_dump_json(),
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": PROJECT_ROOT}, check=True)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return ForkBound(*(Distribution(samples_ms=found[k]) for k in ("bare", "pristine", "served")),
+                     requests=found["requests"])
 
 
 def measure_naive(items) -> Distribution:
