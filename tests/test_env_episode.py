@@ -140,5 +140,30 @@ def test_the_live_app_restarts_with_each_patch(episode, bundle):
     assert observation.result["status"] == 200 and '"patched":true' in observation.result["body"]
 
 
+def test_a_request_shows_where_a_redirect_leads_and_every_cookie(episode):
+    """An open redirect is confirmed by its Location, a session fixation by its cookies: the text the
+    agent reads shows them (one line per cookie), even behind forty other headers."""
+    path = "app/main.py"
+    text = episode.files[path]
+    route = (
+        '\n\nfrom fastapi.responses import RedirectResponse as _Redirect\n\n'
+        '@app.get("/api/_go")\nasync def _go(next: str = "/"):\n'
+        '    response = _Redirect(next, status_code=302)\n'
+        '    for i in range(40):\n        response.headers.append(f"x-pad-{i}", "x")\n'
+        '    response.set_cookie("session", "abc")\n    response.set_cookie("theme", "dark")\n'
+        '    return response\n')
+    episode.step({"tool": "edit_file", "path": path, "search": text[-40:], "replace": text[-40:] + route})
+    observation = episode.step({"tool": "http_request", "path": "/api/_go?next=https://evil.example/"})
+    assert observation.result["status"] == 302
+    assert observation.result["headers"]["location"] == "https://evil.example/"
+    cookies = observation.result["headers"]["set-cookie"].split("\n")
+    assert [c.split(";")[0] for c in cookies] == ["session=abc", "theme=dark"]
+    lines = observation.text.splitlines()
+    assert lines[0].endswith("-> 302")
+    assert "location: https://evil.example/" in lines
+    assert sum(line.startswith("set-cookie: ") for line in lines) == 2
+    assert not any(line.startswith("x-pad-") for line in lines)
+
+
 def test_parse_action_accepts_json_text():
     assert parse_action('{"tool": "view_diff"}').tool == "view_diff"

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from envcore.env.episode_log import EpisodeRecord, StepEntry
+from envcore.env.render import response_headers
 from envcore.env.reply import parse_action_text
 from ui import safe
 
@@ -94,6 +95,9 @@ def _exchange(entry: StepEntry) -> str | None:
     error = entry.observation.get("error")
     if isinstance(result, dict) and result.get("status") is not None:
         parts.append(f"→ **{safe.markdown(result['status'])}**")
+        headers = response_headers(result.get("headers") or {})
+        if headers:
+            parts.append(safe.fence("\n".join(headers)))
         body = str(result.get("body") or "")
         if body.strip():
             parts.append(safe.fence(_shorten(body)))

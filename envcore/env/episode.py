@@ -288,7 +288,8 @@ class Episode:
         except RunnerInfrastructureError as exc:
             return self._observe("http_request", None, error=f"the app runner is unavailable (not your fault; try again): {exc}")
         body = response.body.decode("utf-8", "replace")
-        headers = dict(list(dict(response.headers).items())[:LIMITS["headers"]])
+        shown = {k: v for k, v in response.headers.items() if k in render.SHOWN_HEADERS}  # first: never cut
+        headers = dict(list({**shown, **response.headers}.items())[:LIMITS["headers"]])
         result = {
             "status": response.status,
             "headers": {clip(str(k), LIMITS["response_header_chars"]): clip(str(v), LIMITS["response_header_chars"])

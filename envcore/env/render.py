@@ -53,13 +53,30 @@ def search_results(query: str, matches: list[dict[str, Any]], truncated: bool) -
     return "\n".join(lines)
 
 
+SHOWN_HEADERS = ("location", "set-cookie", "content-type", "www-authenticate", "content-disposition",
+                 "access-control-allow-origin", "access-control-allow-credentials")
+"""The response headers an ``http_request`` observation's text shows (when the app sent them): where a
+redirect leads, the cookies set, what the body is, how to authenticate, and whom the browser may share
+the response with. The observation's ``result`` holds every header."""
+
+
+def response_headers(headers: dict[str, str]) -> list[str]:
+    """``name: value`` lines of the headers in :data:`SHOWN_HEADERS`, in that order, one line per
+    cookie."""
+    lines = []
+    for name in SHOWN_HEADERS:
+        if name in headers:
+            lines += [f"{name}: {value}" for value in str(headers[name]).split("\n")]
+    return lines
+
+
 def http_response(action: Any, result: dict[str, Any]) -> str:
     who = action.as_user or "anonymous"
     head = f"{action.method} {action.path} as {who} -> "
     if result["status"] is None:
         return head + f"no response: {result['error']}"
-    ctype = result["headers"].get("content-type", "")
-    text = head + f"{result['status']} ({ctype})\n{result['body']}"
+    lines = [head + str(result["status"]), *response_headers(result["headers"]), "", result["body"]]
+    text = "\n".join(lines)
     if result["body_truncated"]:
         text += "\n(body truncated)"
     if result.get("note"):

@@ -84,6 +84,10 @@ def _scope(request: HttpRequest) -> dict[str, Any]:
     }
 
 
+JOINERS = {"set-cookie": "\n"}
+"""How the values of a repeated response header are joined (any other: ``", "``)."""
+
+
 async def call_asgi(app: Any, request: HttpRequest) -> HttpResponse:
     """Send one request to an ASGI app and collect its response."""
     received = False
@@ -107,7 +111,11 @@ async def call_asgi(app: Any, request: HttpRequest) -> HttpResponse:
         if message["type"] == "http.response.start":
             status = int(message["status"])
             for key, value in message.get("headers", []):
-                headers[key.decode("latin-1").lower()] = value.decode("latin-1")
+                name, text = key.decode("latin-1").lower(), value.decode("latin-1")
+                # A repeated header keeps every value (RFC 9110's list form; cookies one per line,
+                # since a cookie may hold a comma): the last one alone would hide a second Location
+                # or every cookie but one.
+                headers[name] = f"{headers[name]}{JOINERS.get(name, ', ')}{text}" if name in headers else text
         elif message["type"] == "http.response.body":
             chunk = message.get("body", b"")
             if size < MAX_BODY_BYTES:
