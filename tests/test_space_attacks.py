@@ -283,11 +283,27 @@ def test_markup_in_scenario_text_and_refusals_is_shown_as_text_in_the_play_tab()
     class State:
         scenario_id, step_count, max_steps, phase, invalid_actions, done = IMG, 1, 10, SCRIPT, 1, False
 
-    class Observation:
-        error = PAYLOAD
+    status = play_tab.status_text(State())  # type: ignore[arg-type]
+    assert IMG in assert_text_only(status, "status")
+    from ui.wiring import message_markdown
 
-    status = play_tab.status_text(State(), Observation())  # type: ignore[arg-type]
-    assert normalized(PAYLOAD) in assert_text_only(status, "status")
+    for refused in (True, False):  # a refusal (or a note) quoting the visitor's own markup, beside a control
+        assert normalized(PAYLOAD) in assert_text_only(message_markdown(PAYLOAD, refused=refused), "message")
+
+
+def test_markup_in_a_diff_is_shown_as_text():
+    """A diff is drawn as HTML (coloured lines): markup in a patch stays text, in every kind of line."""
+    from ui.diff_view import diff_html
+
+    diff = "\n".join([f"--- a/{IMG}", f"+++ b/{IMG}", f"@@ -1 +1 @@ {SCRIPT}", f"-{PAYLOAD}", f"+{SCRIPT}", f" {IMG}"])
+    parsed = _Elements()
+    parsed.feed(diff_html(diff))
+    assert set(parsed.tags) == {"pre", "span"}, parsed.tags
+    assert {value for name, value in parsed.attributes} <= {"a01-diff", "file", "hunk", "add", "del", "ctx"}
+    assert "".join(parsed.text) == diff.replace("\n", "")
+    parsed = _Elements()
+    parsed.feed(diff_html("", empty=IMG))
+    assert parsed.tags == ["div"] and "".join(parsed.text) == IMG
 
 
 def test_markup_in_a_toast_is_escaped(tabs, monkeypatch):
@@ -304,18 +320,19 @@ def test_markup_in_a_toast_is_escaped(tabs, monkeypatch):
         assert payload[:20] in html.unescape(message)
 
 
-def test_a_refused_step_toast_is_escaped(tabs, monkeypatch):
-    toasts: list[str] = []
-    monkeypatch.setattr(play_tab.gr, "Warning", lambda message, *a, **k: toasts.append(message))
+def test_a_refused_step_message_is_escaped(tabs):
+    from ui.wiring import bind
+
     ctrl = tabs["play"]
     sid = ctrl.new_episode(None, "any", "any", "any", "any", SCENARIO, None, 40, "")["sid"]
     try:
         out = ctrl.open_file(sid, f"app/{IMG}.py")
+        shown = bind(ctrl.open_file, {"code_msg": "message", "status": "status", "log": "log"}, at="code_msg")(
+            sid, f"app/{IMG}.py")
     finally:
         ctrl.hub.close(sid)
-    assert toasts and all("<" not in t for t in toasts), toasts
-    assert IMG in html.unescape(toasts[-1])
-    assert IMG in assert_text_only(out["status"], "status")
+    assert IMG in out["refused"]
+    assert IMG in assert_text_only(shown["message"], "message")
 
 
 # ----- a running Space with small caps -----------------------------------------------------------------
@@ -502,15 +519,15 @@ def test_markup_in_an_agent_log_and_its_failure_analysis_does_not_reach_the_dash
     shot(page, "attack-watch-agent")
 
 
-def test_markup_in_a_toast_is_shown_as_text(visit):
+def test_markup_in_a_message_is_shown_as_text(visit):
     viewer = visit()
     page = viewer.page
     page.locator("#play-scenario").get_by_role("textbox").fill(IMG)
     page.click("#play-new")
-    toast = page.locator('[data-testid="toast-body"]').first
-    toast.wait_for()
-    assert IMG in toast.inner_text()
-    shot(page, "attack-toast")
+    wait_text(page, "play-new-msg", IMG[:20])
+    assert IMG in text_of(page, "play-new-msg")
+    assert page.locator("#play-new-msg img").count() == 0
+    shot(page, "attack-message")
     assert_untouched(viewer)
 
 
@@ -519,10 +536,11 @@ def test_a_refusal_leaves_the_page_as_it_was(visit):
     page = viewer.page
     page.locator("#play-scenario").get_by_role("textbox").fill("not-hexadecimal")
     page.click("#play-new")
-    page.locator('[data-testid="toast-body"]').first.wait_for()
+    wait_text(page, "play-new-msg", "hexadecimal")
     page.wait_for_timeout(500)
     assert "No episode yet" in text_of(page, "play-status")
     assert page.get_by_text("Error", exact=True).count() == 0  # no output marked as failed
+    assert page.locator('[data-testid="toast-body"]').count() == 0
 
 
 # ----- uploads and bodies, against the running server -----------------------------------------------------
@@ -699,9 +717,7 @@ def test_one_browser_cannot_hold_every_play_session_of_the_space(visit, space):
     second_tab = first.open()  # the same visitor, another tab: its one share is taken
     second_tab.locator("#play-scenario").get_by_role("textbox").fill(SCENARIO)
     second_tab.click("#play-new")
-    toast = second_tab.locator('[data-testid="toast-body"]').first
-    toast.wait_for()
-    assert "the most one visitor may hold" in toast.inner_text()
+    wait_text(second_tab, "play-new-msg", "the most one visitor may hold")
     shot(second_tab, "attack-slots-refused")
 
     other = visit(forwarded_for="198.51.100.20")  # someone else still plays

@@ -146,6 +146,98 @@ def test_a_person_plays_an_episode_by_hand_to_a_reward_breakdown(page, server):
                                                              "run_tests", "submit"]
 
 
+def message(page, elem_id: str, text: str) -> str:
+    """Wait until the message beside a control says ``text``; what it says."""
+    page.wait_for_function("([id, t]) => (document.querySelector('#' + id)?.innerText || '').includes(t)",
+                           arg=[elem_id, text])
+    return page.locator(f"#{elem_id}").inner_text()
+
+
+def no_error_overlay(page) -> None:
+    assert page.get_by_text("Error", exact=True).count() == 0, "an error overlay is on the page"
+    assert page.locator(".toast-body").count() == 0, "a toast popped up instead of a message"
+
+
+def test_every_mistake_is_a_message_beside_its_control_and_the_episode_survives(page):
+    from envcore.patching import make_diff
+
+    bundle = ScenarioCache.open(None).load(SCENARIO)
+    path = next(p for p in bundle.files if p.endswith(".py") and "/routers/" in p) if any(
+        "/routers/" in p for p in bundle.files) else next(p for p in bundle.files if p.endswith(".py"))
+
+    # A tool before New episode: each says so beside its own button.
+    page.get_by_role("tab", name="HTTP").click()
+    page.click("#play-send")
+    assert "New episode" in message(page, "play-http-msg", "New episode")
+    page.get_by_role("tab", name="Tests & diff").click()
+    page.click("#play-tests")
+    message(page, "play-tests-msg", "New episode")
+    page.get_by_role("tab", name="Submit").click()
+    page.click("#play-submit")
+    message(page, "play-submit-msg", "New episode")
+    no_error_overlay(page)
+
+    new_episode(page, SCENARIO)
+    before = status(page)
+    assert "step 0 of 60" in before
+
+    # A seed that is not a number: the running episode stays.
+    textbox(page, "play-seed").fill("seven")
+    page.click("#play-new")
+    message(page, "play-new-msg", "non-negative integer")
+    assert status(page) == before
+    textbox(page, "play-seed").fill("")
+
+    # Invalid JSON in a body: nothing is sent, the text stays in the box.
+    page.get_by_role("tab", name="HTTP").click()
+    textbox(page, "play-path").fill("/api/me")
+    body = page.locator("#play-body .cm-content")
+    body.click()
+    page.keyboard.insert_text('{"role": admin}')
+    page.click("#play-send")
+    assert "line 1, column 10" in message(page, "play-http-msg", "not valid JSON")
+    assert status(page) == before and '{"role": admin}' in body.inner_text()
+    # A path without its slash.
+    textbox(page, "play-path").fill("api/me")
+    page.click("#play-send")
+    message(page, "play-http-msg", "must start with /")
+    assert status(page) == before
+
+    # An empty search.
+    page.get_by_role("tab", name="Code").click()
+    page.click("#play-search")
+    message(page, "play-search-msg", "Type something")
+    # Apply edit with no file open.
+    page.click("#play-apply")
+    message(page, "play-code-msg", "Open a file")
+    assert status(page) == before
+    no_error_overlay(page)
+
+    # A pasted diff refreshes the open editor; the editor then cannot undo it.
+    page.locator("#play-files").get_by_label(path, exact=True).check()
+    wait_status(page, "step 1 of 60")
+    page.get_by_text("Paste a unified diff instead").click()
+    marker = "# fixed from a pasted diff"
+    textbox(page, "play-patch").fill(make_diff({path: bundle.files[path]}, {path: bundle.files[path] + marker + "\n"}))
+    page.click("#play-apply-diff")
+    message(page, "play-patch-msg", "Patched")
+    page.locator("#play-editor .cm-content").click()
+    page.keyboard.press("Control+End")  # the editor draws only the lines in view; the marker is the last
+    page.wait_for_function("t => document.querySelector('#play-editor .cm-content').innerText.includes(t)", arg=marker)
+    assert "fixed from a pasted diff" in page.locator("#play-diff").inner_text()
+    page.click("#play-apply")
+    message(page, "play-code-msg", "nothing to apply")
+    assert "step 2 of 60" in status(page) and "patched" in status(page)
+
+    # Watch: Next action before Start.
+    page.get_by_role("tab", name="Watch").click()
+    page.get_by_text("Run an agent live on this scenario").click()
+    page.click("#watch-live-step")
+    message(page, "watch-live-msg", "press Start")
+    no_error_overlay(page)
+    shot(page, "mistakes-are-messages")
+
+
 def test_two_browser_sessions_play_separate_episodes(browser, server):
     pages = []
     for _ in range(2):

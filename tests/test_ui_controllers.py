@@ -1,8 +1,9 @@
 """The tabs' controllers without a browser: what each UI action does with good and bad input.
 
-Bad input gets a clear message (a :class:`~ui.wiring.UserError`, shown as a toast) and loses nothing:
-no step is spent, no file changes. Environment refusals (an oversized patch, a path outside the
-app) come back as refused steps, exactly as they would for an agent.
+Bad input gets a clear message (a :class:`~ui.wiring.UserError`, shown beside the control that made
+it) and loses nothing: no step is spent, no file changes. Environment refusals (an oversized patch, a
+path outside the app) come back as refused steps, exactly as they would for an agent. An editor
+filled before a patch can never undo it.
 """
 
 from __future__ import annotations
@@ -60,8 +61,16 @@ def steps(ctrl, sid) -> int:
 def test_every_named_output_of_a_controller_has_a_component(tabs, episode):
     ctrl, sid = episode
     components = {k: v for k, v in tabs["play"].items() if k != "controller"}
-    handler = bind(ctrl.view_diff, components)
+    handler = bind(ctrl.view_diff, components, at="tests_msg")
     assert set(handler(sid)) <= set(components.values())
+
+
+def test_a_mistake_goes_to_the_message_beside_its_control_and_changes_nothing_else(tabs):
+    components = {k: v for k, v in tabs["play"].items() if k != "controller"}
+    ctrl = tabs["play"]["controller"]
+    out = bind(ctrl.send_request, components, at="http_msg")(None, "GET", "/", "(anonymous)", "")
+    assert list(out) == [components["http_msg"]]
+    assert "New episode" in out[components["http_msg"]] and out[components["http_msg"]].startswith("⚠️")
 
 
 def test_actions_without_an_episode_say_so_and_spend_nothing(tabs):
@@ -83,16 +92,23 @@ def test_a_bad_scenario_or_filter_is_a_message_not_a_crash(tabs):
 def test_an_unchanged_editor_and_an_invalid_json_body_spend_no_step(episode):
     ctrl, sid = episode
     path = next(f for f in _files(ctrl, sid) if f.endswith(".py"))
-    ctrl.open_file(sid, path)
+    editing = ctrl.open_file(sid, path)["editing"]
     before = steps(ctrl, sid)
     with pytest.raises(UserError, match="nothing to apply"):
-        ctrl.apply_edit(sid, path, ctrl.hub.current_file(sid, path))
-    with pytest.raises(UserError, match="not valid JSON"):
+        ctrl.apply_edit(sid, editing, ctrl.hub.current_file(sid, path))
+    with pytest.raises(UserError, match="not valid JSON .line 1, column 2"):
         ctrl.send_request(sid, "POST", "/api/me", "(anonymous)", "{not json")
-    with pytest.raises(UserError, match="Open a file first"):
-        ctrl.apply_edit(sid, "", "x")
+    with pytest.raises(UserError, match="must start with /"):
+        ctrl.send_request(sid, "GET", "api/me", "(anonymous)", "")
+    with pytest.raises(UserError, match="Type something to search"):
+        ctrl.search(sid, "   ")
+    with pytest.raises(UserError, match="Paste a unified diff"):
+        ctrl.apply_diff(sid, "", editing)
+    for nothing_open in ({}, "", None, {"path": 7}):
+        with pytest.raises(UserError, match="Open a file"):
+            ctrl.apply_edit(sid, nothing_open, "x")
     with pytest.raises(UserError, match="not a file of this app"):
-        ctrl.apply_edit(sid, "../../etc/passwd", "x")
+        ctrl.apply_edit(sid, {"path": "../../etc/passwd"}, "x")
     assert steps(ctrl, sid) == before
 
 
@@ -105,20 +121,56 @@ def test_an_oversized_edit_is_refused_by_the_environment_and_changes_nothing(epi
     ctrl, sid = episode
     path = next(f for f in _files(ctrl, sid) if f.endswith(".py"))
     original = ctrl.hub.current_file(sid, path)
-    out = ctrl.apply_edit(sid, path, original + "# x\n" * 200_000)
-    assert "Refused" in out["status"] and ctrl.hub.current_file(sid, path) == original
+    editing = ctrl.open_file(sid, path)["editing"]
+    out = ctrl.apply_edit(sid, editing, original + "# x\n" * 200_000)
+    assert "Refused" in out["refused"] and ctrl.hub.current_file(sid, path) == original
     assert ctrl.hub.state(sid).diff == ""
 
 
 def test_an_edited_file_becomes_one_apply_patch_step(episode):
     ctrl, sid = episode
     path = next(f for f in _files(ctrl, sid) if f.endswith(".py"))
+    editing = ctrl.open_file(sid, path)["editing"]
     edited = ctrl.hub.current_file(sid, path).rstrip("\n") + "\n# reviewed"  # editors drop the last newline
-    ctrl.apply_edit(sid, path, edited)
+    out = ctrl.apply_edit(sid, editing, edited)
     record = ctrl.hub.record(sid)
     assert record.steps[-1].action["tool"] == "apply_patch"
     assert ctrl.hub.current_file(sid, path).endswith("# reviewed\n")
     assert "+# reviewed" in ctrl.view_diff(sid)["diff"]
+    assert out["editing"] == {"path": path, "base": ctrl.hub.current_file(sid, path)}
+    assert "Patched" in out["notice"]
+
+
+def test_a_stale_editor_cannot_undo_a_patch(episode):
+    """Open a file, apply a pasted diff to it, then press Apply edit on the editor as it was: refused,
+    with the patch intact; the editor shown after the diff holds the patched file."""
+    from envcore.patching import make_diff
+
+    ctrl, sid = episode
+    path = next(f for f in _files(ctrl, sid) if f.endswith(".py"))
+    stale = ctrl.open_file(sid, path)["editing"]
+    original = ctrl.hub.current_file(sid, path)
+    fixed = original + "# fixed by a pasted diff\n"
+    out = ctrl.apply_diff(sid, make_diff({path: original}, {path: fixed}), stale)
+    assert out["editor"]["value"] == fixed and out["editing"] == {"path": path, "base": fixed}
+    before = steps(ctrl, sid)
+    with pytest.raises(UserError, match="has changed since it was opened"):
+        ctrl.apply_edit(sid, stale, original + "# my other edit\n")
+    assert ctrl.hub.current_file(sid, path) == fixed and steps(ctrl, sid) == before
+    ctrl.apply_edit(sid, out["editing"], fixed + "# and mine\n")  # from the refreshed editor it applies
+    assert ctrl.hub.current_file(sid, path) == fixed + "# and mine\n"
+
+
+def test_a_response_shows_status_headers_and_body_and_joins_the_history(episode):
+    ctrl, sid = episode
+    user = ctrl.hub.users(sid)[0]
+    out = ctrl.send_request(sid, "GET", "/api/me", user, "")
+    lines = out["response"].splitlines()
+    assert lines[0].startswith("HTTP 200") and "content-type: application/json" in lines
+    ctrl.send_request(sid, "GET", "/api/nothing-here", "(anonymous)", "")
+    history = ctrl.send_request(sid, "GET", "/api/me", "(anonymous)", "")["history"]
+    assert list(history["request"]) == ["GET /api/me", "GET /api/nothing-here", "GET /api/me"]
+    assert list(history["as"]) == ["anonymous", "anonymous", user]
 
 
 def test_visible_tests_show_visible_probes_and_submit_reveals_the_hidden_ones(episode):
@@ -130,7 +182,7 @@ def test_visible_tests_show_visible_probes_and_submit_reveals_the_hidden_ones(ep
     assert (~out["probes"]["visible"].astype(bool)).any()
     assert set(out["breakdown"]["component"]) >= {"security_blocked", "legit_use_broken", "steps_used"}
     again = ctrl.submit(sid)  # the environment refuses: the episode is over
-    assert "Refused" in again["status"] and "over" in again["status"]
+    assert "Refused" in again["refused"] and "over" in again["refused"]
 
 
 def test_the_watch_tab_clamps_steps_and_refuses_unknown_sets(tabs):
@@ -142,6 +194,10 @@ def test_the_watch_tab_clamps_steps_and_refuses_unknown_sets(tabs):
     assert ctrl.step_back(left, "", scenario, 0)["index"]["value"] == 0
     with pytest.raises(UserError, match="no rollout set"):
         ctrl.pick_sets("../../etc", "")
+    for press in (ctrl.live_step, ctrl.live_run):  # Next action before Start
+        for sid in (None, "forged-session-id"):
+            with pytest.raises(UserError, match="press Start"):
+                press(sid)
 
 
 def test_the_dashboard_compares_only_two_different_sets(tabs):

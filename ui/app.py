@@ -32,7 +32,7 @@ from fastapi import FastAPI
 
 from envcore.server.guard import RefusedRoutes
 from envcore.server.sessions import ARTIFACTS, SessionHub
-from ui import artifact_sets, dashboard_tab, play_tab, watch_tab
+from ui import artifact_sets, dashboard_tab, diff_view, play_tab, watch_tab
 from ui.wiring import bind
 
 TITLE = "A01 repair gym"
@@ -50,7 +50,9 @@ REFUSED_ROUTES = ("/gradio_api/upload", "/gradio_api/upload_progress", "/gradio_
 """Gradio's routes that store what a visitor sends (files, a page's state as a file): the page needs none."""
 CSS = """
 .gradio-container {max-width: 1400px !important}
-"""
+.a01-msg p {margin: 2px 0 !important}
+.a01-msg {color: #8a4b00; min-height: 0 !important}
+""" + diff_view.CSS
 
 
 def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:

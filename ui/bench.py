@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ui.wiring import NOTICE, REFUSED, message_markdown
+
 COLD_START_TARGET_S = 15.0
 ACTION_TARGET_MS = 300.0
 
@@ -54,7 +56,9 @@ class _Timer:
         started = time.perf_counter()
         named = method(*args)
         for key, value in named.items():
-            if not isinstance(value, dict):  # a gr.update(...) is sent as it is
+            if key in (REFUSED, NOTICE):  # shown in the action's message component, as bind() does
+                message_markdown(value)
+            elif not isinstance(value, dict):  # a gr.update(...) is sent as it is
                 self.components[tab][key].postprocess(value)
         self.samples[f"{tab}: {name}"].append((time.perf_counter() - started) * 1000)
         return named
@@ -91,12 +95,12 @@ def action_timings(*, rounds: int) -> dict[str, list[float]]:
             names = [f if isinstance(f, str) else f[1] for f in out["files"]["choices"]]
             target = next((f for f in names if "/routers/" in f and not f.endswith("__init__.py")),
                           next(f for f in names if f.endswith(".py")))
-            timer("play", "open file", p.open_file, sid, target)
+            editing = timer("play", "open file", p.open_file, sid, target)["editing"]
             users = hub.users(sid)
             timer("play", "send request", p.send_request, sid, "GET", "/api/me", users[0], "")
             timer("play", "search code", p.search, sid, "def ")
             edited = (hub.current_file(sid, target) or "") + "\n# reviewed\n"
-            timer("play", "apply edit", p.apply_edit, sid, target, edited)
+            timer("play", "apply edit", p.apply_edit, sid, editing, edited)
             timer("play", "view diff", p.view_diff, sid)
             timer("play", "run visible tests", p.run_tests, sid)
             timer("play", "submit", p.submit, sid)

@@ -27,7 +27,7 @@ import pandas as pd
 from envcore.agents.evaluate import compare, scenario_domains
 from envcore.server.sessions import SessionHub
 from ui import artifact_sets, charts, data, failure_panel, safe, training_panel
-from ui.wiring import bind, outputs
+from ui.wiring import wire
 
 DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Domain": "domain"}
 RATE_METRICS = {"Full fix": "full_fix", "Partial fix": "partial", "Mean reward": "reward"}
@@ -176,22 +176,20 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
     c["browser_count"] = gr.Markdown(f"{len(manifest)} of {len(manifest)} scenarios")
     c["browser"] = gr.Dataframe(manifest, label="Scenarios in the cache", elem_id="dash-browser", max_height=420)
 
-    named = dict(c)
-    out = outputs({k: v for k, v in c.items()})
-    draw_inputs = [c["sets"], c["dimension"], c["metric"]]
-    for trigger in (c["sets"], c["dimension"], c["metric"]):
-        trigger.input(bind(ctrl.draw, named), draw_inputs, out)
-    delta_inputs = [c["sets"], c["base"], c["other"], c["delta_metric"]]
-    for trigger in (c["base"], c["other"], c["delta_metric"]):
-        trigger.input(bind(ctrl.delta, named), delta_inputs, out)
-    fail_inputs = [c["fail_analysis"], c["fail_dimension"]]
+    draw_inputs = ["sets", "dimension", "metric"]
+    for trigger in draw_inputs:
+        wire(c[trigger].input, ctrl.draw, c, draw_inputs, ["leaderboard", "rates", "components"])
+    delta_inputs = ["sets", "base", "other", "delta_metric"]
+    for trigger in delta_inputs[1:]:
+        wire(c[trigger].input, ctrl.delta, c, delta_inputs, ["delta", "delta_text"])
+    fail_inputs = ["fail_analysis", "fail_dimension"]
     for trigger in fail_inputs:
-        trigger.input(bind(ctrl.failures.draw, named), fail_inputs, out)
-    train_inputs = [c["train_runs"], c["train_metrics"]]
+        wire(c[trigger].input, ctrl.failures.draw, c, fail_inputs, ["failures", "fail_chart", "fail_examples", "weights"])
+    train_inputs = ["train_runs", "train_metrics"]
     for trigger in train_inputs:
-        trigger.input(bind(ctrl.training.draw, named), train_inputs, out)
-    filters = [c["f_split"], c["f_tier"], c["f_bug"], c["f_domain"], c["f_text"]]
+        wire(c[trigger].input, ctrl.training.draw, c, train_inputs, ["train_curves", "train_text"])
+    filters = ["f_split", "f_tier", "f_bug", "f_domain", "f_text"]
     for trigger in filters:
-        trigger.input(bind(ctrl.scenarios, named), filters, out)
+        wire(c[trigger].input, ctrl.scenarios, c, filters, ["browser", "browser_count"])
     c["controller"] = ctrl
     return c

@@ -8,6 +8,13 @@ diff between the file as the episode holds it and the editor's text; the diff, t
 the submission are ``view_diff``, ``run_tests`` and ``submit``. Hidden probes are shown only after
 submit, from :meth:`~envcore.server.sessions.SessionHub.verdict`.
 
+Every mistake is a message beside the control that made it (:data:`MESSAGE_SLOTS`, see
+:mod:`ui.wiring`), never an error overlay, and costs nothing: no step, no lost text, no lost
+episode. The editor cannot undo a patch: it is refilled from the workspace after every patch, and
+applying it is refused once the file has changed since it was opened. A response shows its status,
+every header and the body; the requests of the episode are listed, newest first; diffs are coloured
+(:mod:`ui.diff_view`).
+
 :class:`PlayController` holds the actions (plain methods returning named outputs, see
 :mod:`ui.wiring`); :func:`build` lays out the components and binds them.
 """
@@ -24,8 +31,8 @@ from envcore.env.actions import A01Observation, A01State
 from envcore.env.environment import ResetError
 from envcore.patching import make_diff
 from envcore.server.sessions import HUMAN_STEP_BUDGETS, SessionError, SessionHub, Visitor, human_agent_id
-from ui import rollout_view, safe
-from ui.wiring import UserError, bind, outputs, toast
+from ui import diff_view, rollout_view, safe
+from ui.wiring import NOTICE, REFUSED, UserError, wire
 
 ANY = "any"
 ANONYMOUS = "(anonymous)"
@@ -33,6 +40,9 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 LOG_COLUMNS = ["step", "tool", "refused", "ms"]
 PROBE_COLUMNS = list(rollout_view.PROBE_COLUMNS)
 PROBE_WIDTHS = ["7%", "9%", "6%", "6%", "30%", "26%", "16%"]
+MESSAGE_SLOTS = ("new", "code", "search", "patch", "http", "tests", "submit")
+"""Where the tab's messages appear: beside New episode, the editor, search, the pasted diff, Send, the
+test and diff buttons, and Submit."""
 NO_EPISODE = "No episode yet: pick a scenario (or leave everything on *any*) and press **New episode**."
 
 
@@ -61,7 +71,12 @@ def _budget(value: Any) -> int:
 
 
 class PlayController:
-    """The Play tab's actions; each returns a dict of named outputs (see :func:`build`)."""
+    """The Play tab's actions; each returns a dict of named outputs (see :func:`build`).
+
+    ``editing`` (a page state) is what the editor was filled from: ``{"path": ..., "base": text}``.
+    Applying the editor's text is refused when the file has changed since (another patch was
+    applied), so an editor that shows an older version can never undo a fix; after every patch the
+    editor is refilled from the workspace."""
 
     def __init__(self, hub: SessionHub) -> None:
         self.hub = hub
@@ -69,7 +84,7 @@ class PlayController:
     # ----- helpers -----------------------------------------------------------------------------
     def _session(self, sid: str | None) -> str:
         if not self.hub.has_episode(sid):
-            raise UserError("No episode is running in this tab (it may have expired): press New episode.")
+            raise UserError("No episode is running in this tab yet (or it expired): press New episode first.")
         return str(sid)
 
     def _step(self, sid: str | None, action: dict[str, Any]) -> tuple[str, A01Observation]:
@@ -79,19 +94,30 @@ class PlayController:
         except SessionError as exc:
             raise UserError(str(exc)) from None
 
-    def _progress(self, session_id: str, observation: A01Observation | None = None, *, show_diff: bool = False,
-                  **named: Any) -> dict[str, Any]:
-        """The status line and the step log (and with ``show_diff`` the current diff), from one read of
-        the episode's state."""
+    def _progress(self, session_id: str, observation: A01Observation | None = None, **named: Any) -> dict[str, Any]:
+        """The status line and the step log, from one read of the episode's state; the refusal of
+        ``observation`` (if any) for the action's message."""
         state = self.hub.state(session_id)
-        if show_diff:
-            named["diff"] = state.diff
-        return {"status": status_text(state, observation), "log": log_frame(state), **named}
+        if observation is not None and observation.error:
+            named[REFUSED] = f"Refused: {observation.error}"
+        return {"status": status_text(state), "log": log_frame(state), **named}
 
-    def _after(self, sid: str, observation: A01Observation, *, show_diff: bool = False, **named: Any) -> dict[str, Any]:
+    def _patched(self, sid: str, observation: A01Observation, editing: Any) -> dict[str, Any]:
+        """After a patch: the diff, the file list, and the open file as the workspace now holds it."""
         if observation.error:
-            toast(f"Refused: {observation.error}")
-        return self._progress(sid, observation, show_diff=show_diff, **named)
+            return self._progress(sid, observation)
+        state = self.hub.state(sid)
+        named: dict[str, Any] = {"status": status_text(state), "log": log_frame(state),
+                                 "diff": diff_view.diff_html(state.diff),
+                                 "files": gr.update(choices=observation.files), NOTICE: observation.text}
+        path = _editing_path(editing)
+        if path:
+            current = self.hub.current_file(sid, path)
+            if current is None:
+                named.update(editor=gr.update(value="", label=f"{path} (deleted by the patch)"), editing={})
+            else:
+                named.update(editor=gr.update(value=current, label=path), editing={"path": path, "base": current})
+        return named
 
     # ----- actions -----------------------------------------------------------------------------
     def new_episode(self, sid: str | None, split: str, bug_class: str, tier: str, domain: str, scenario: str,
@@ -119,15 +145,17 @@ class PlayController:
             sid, sid=sid, task=task_markdown(intro),
             files=gr.update(choices=observation.files, value=None),
             editor=gr.update(value="", label="File (open one on the left)"),
-            editing="",
+            editing={},
             as_user=gr.update(choices=[ANONYMOUS, *users], value=users[0] if users else ANONYMOUS),
             response="",
+            history=rollout_view.request_frame(None),
             tests=pd.DataFrame(columns=PROBE_COLUMNS),
-            diff="",
+            diff=diff_view.diff_html(""),
             verdict="",
             breakdown=rollout_view.breakdown_frame(None),
             probes=pd.DataFrame(columns=PROBE_COLUMNS),
             search_results="",
+            **{f"{slot}_msg": "" for slot in MESSAGE_SLOTS if slot != "new"},
         )
 
     def open_file(self, sid: str | None, path: str | None) -> dict[str, Any]:
@@ -136,75 +164,102 @@ class PlayController:
         sid, observation = self._step(sid, {"tool": "read_file", "path": path})
         content = (observation.result or {}).get("content")
         if content is None:
-            return self._after(sid, observation)
-        return self._after(sid, observation, editor=gr.update(value=self.hub.current_file(sid, path) or content,
-                                                               label=path), editing=path)
+            return self._progress(sid, observation)
+        current = self.hub.current_file(sid, path)
+        text = current if current is not None else content
+        return self._progress(sid, observation, editor=gr.update(value=text, label=path),
+                              editing={"path": path, "base": text})
 
-    def apply_edit(self, sid: str | None, path: str, text: str) -> dict[str, Any]:
+    def apply_edit(self, sid: str | None, editing: Any, text: str) -> dict[str, Any]:
         sid = self._session(sid)
+        path = _editing_path(editing)
         if not path:
-            raise UserError("Open a file first, edit it, then apply.")
+            raise UserError("Open a file on the left first, edit it, then apply.")
         current = self.hub.current_file(sid, path)
         if current is None:
-            raise UserError(f"{path} is not a file of this app.")
+            raise UserError(f"{path} is not a file of this app (any more): open another file.")
+        if isinstance(editing, dict) and editing.get("base") is not None and editing["base"] != current:
+            raise UserError(f"{path} has changed since it was opened here (another patch was applied), so "
+                            "applying this editor would undo that change. Your text is still in the editor: "
+                            "copy what you need, open the file again, and redo your edit there.")
         if text and not text.endswith("\n") and current.endswith("\n"):
             text += "\n"  # editors drop the final newline; keep the file's
         diff = make_diff({path: current}, {path: text})
         if not diff:
             raise UserError("The editor holds the file as it is: nothing to apply.")
         sid, observation = self._step(sid, {"tool": "apply_patch", "diff": diff})
-        return self._after(sid, observation)
+        return self._patched(sid, observation, editing)
 
-    def apply_diff(self, sid: str | None, diff: str) -> dict[str, Any]:
+    def apply_diff(self, sid: str | None, diff: str, editing: Any) -> dict[str, Any]:
+        sid = self._session(sid)
         if not (diff or "").strip():
             raise UserError("Paste a unified diff first (--- a/path, +++ b/path, @@ hunks).")
         sid, observation = self._step(sid, {"tool": "apply_patch", "diff": diff})
-        return self._after(sid, observation, show_diff=not observation.error)
+        return self._patched(sid, observation, editing)
 
     def search(self, sid: str | None, query: str) -> dict[str, Any]:
+        sid = self._session(sid)
         if not (query or "").strip():
-            raise UserError("Type something to search for.")
+            raise UserError("Type something to search for (a name, a route, a field).")
         sid, observation = self._step(sid, {"tool": "search_code", "query": query.strip()})
-        return self._after(sid, observation, search_results=observation.text)
+        return self._progress(sid, observation, search_results=observation.text)
 
     def send_request(self, sid: str | None, method: str, path: str, as_user: str, body: str) -> dict[str, Any]:
-        action: dict[str, Any] = {"tool": "http_request", "method": method or "GET", "path": (path or "").strip()}
+        sid = self._session(sid)
+        path = (path or "").strip()
+        if not path.startswith("/"):
+            raise UserError("The path must start with / (for example /api/items/1?limit=5).")
+        action: dict[str, Any] = {"tool": "http_request", "method": method or "GET", "path": path}
         if as_user and as_user != ANONYMOUS:
             action["as_user"] = as_user
         if (body or "").strip():
             try:
                 action["json_body"] = json.loads(body)
             except json.JSONDecodeError as exc:
-                raise UserError(f"The JSON body is not valid JSON: {exc}") from None
+                raise UserError(f"The JSON body is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                                f"{exc.msg}). Nothing was sent.") from None
         sid, observation = self._step(sid, action)
-        return self._after(sid, observation, response=response_text(observation))
+        return self._progress(sid, observation, response=response_text(observation),
+                              history=rollout_view.request_frame(self.hub.record(sid)))
 
     def run_tests(self, sid: str | None) -> dict[str, Any]:
         sid, observation = self._step(sid, {"tool": "run_tests"})
         result = observation.result or {}
-        return self._after(sid, observation, tests=rollout_view.probe_frame(result, reveal_hidden=False))
+        named = self._progress(sid, observation, tests=rollout_view.probe_frame(result, reveal_hidden=False))
+        if not observation.error:
+            named[NOTICE] = observation.text.splitlines()[0] if observation.text else ""
+        return named
 
     def view_diff(self, sid: str | None) -> dict[str, Any]:
         sid, observation = self._step(sid, {"tool": "view_diff"})
-        return self._after(sid, observation, diff=(observation.result or {}).get("diff") or "No changes yet.")
+        return self._progress(sid, observation, diff=diff_view.diff_html((observation.result or {}).get("diff")))
 
     def submit(self, sid: str | None) -> dict[str, Any]:
         sid, observation = self._step(sid, {"tool": "submit"})
+        if observation.error:
+            return self._progress(sid, observation)
         verdict = self.hub.verdict(sid) or {}
-        return self._after(
+        return self._progress(
             sid, observation, verdict=safe.markdown_lines(observation.text),
             breakdown=rollout_view.breakdown_frame(verdict.get("reward_breakdown") or observation.reward_breakdown),
-            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True), show_diff=True)
+            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True),
+            diff=diff_view.diff_html(self.hub.state(sid).diff))
 
 
-def status_text(state: A01State, observation: A01Observation | None = None) -> str:
+def _editing_path(editing: Any) -> str:
+    """The path the editor was filled from (the page state may hold anything a request sent)."""
+    if isinstance(editing, dict):
+        path = editing.get("path")
+        return path if isinstance(path, str) else ""
+    return ""
+
+
+def status_text(state: A01State) -> str:
     parts = [f"Scenario {safe.code(state.scenario_id)}", f"step {state.step_count} of {state.max_steps}",
              f"phase **{safe.markdown(state.phase)}**"]
     if state.invalid_actions:
         parts.append(f"{state.invalid_actions} refused")
     line = " · ".join(parts)
-    if observation is not None and observation.error:
-        line += f"\n\n⚠️ Refused: {safe.markdown(observation.error)}"
     if state.done:
         line += "\n\nThe episode is over: see **Submit** for the verdict, or start a new episode."
     return line
@@ -230,16 +285,28 @@ def task_markdown(intro: dict[str, Any]) -> str:
 
 
 def response_text(observation: A01Observation) -> str:
+    """The response as an HTTP client shows it: the status line, every header, a blank line, the body
+    (JSON pretty-printed)."""
     result = observation.result
     if result is None:
         return observation.text
+    if result.get("status") is None:
+        return f"No response: {result.get('error') or 'unknown error'}"
     body = result.get("body", "")
     try:
-        body = json.dumps(json.loads(body), indent=2)
+        body = json.dumps(json.loads(body), indent=2, ensure_ascii=False)
     except (json.JSONDecodeError, TypeError):
         pass
-    note = f"\n({result['note']})" if result.get("note") else ""
-    return f"HTTP {result.get('status')}{' (truncated)' if result.get('body_truncated') else ''}{note}\n\n{body}"
+    lines = [f"HTTP {result.get('status')}{' (body truncated)' if result.get('body_truncated') else ''}"]
+    for name, value in (result.get("headers") or {}).items():
+        lines += [f"{name}: {line}" for line in str(value).split("\n")]
+    note = [f"({result['note']})"] if result.get("note") else []
+    return "\n".join([*lines, *note, "", body])
+
+
+def _message(c: dict[str, Any], slot: str) -> None:
+    """The message component beside a control (empty until an action there has something to say)."""
+    c[f"{slot}_msg"] = safe.markdown_component("", elem_id=f"play-{slot}-msg", elem_classes=["a01-msg"])
 
 
 def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s: float) -> dict[str, Any]:
@@ -255,12 +322,14 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
     with gr.Row():
         c["scenario"] = gr.Textbox(label="Scenario id or content hash (optional)", placeholder="e.g. 0082e596",
                                    elem_id="play-scenario")
-        c["seed"] = gr.Textbox(label="Seed (optional; empty draws one)", placeholder="e.g. 7", max_length=18)
+        c["seed"] = gr.Textbox(label="Seed (optional; empty draws one)", placeholder="e.g. 7", max_length=18,
+                               elem_id="play-seed")
         c["budget"] = gr.Slider(*HUMAN_STEP_BUDGETS, value=60, step=1, label="Step budget")
         c["nickname"] = gr.Textbox(label="Your name (optional, recorded with the episode)", max_length=32)
     c["new"] = gr.Button("New episode", variant="primary", elem_id="play-new")
+    _message(c, "new")
     c["status"] = safe.markdown_component(NO_EPISODE, elem_id="play-status")
-    c["editing"] = gr.State("")
+    c["editing"] = gr.State({})
     with gr.Tabs():
         with gr.Tab("Task & policy"):
             c["task"] = safe.markdown_component("", elem_id="play-task")
@@ -268,35 +337,48 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
             with gr.Row():
                 with gr.Column(scale=1, min_width=200):
                     c["files"] = gr.Radio([], label="Files (opening one is a read_file step)", elem_id="play-files")
-                    c["query"] = gr.Textbox(label="Search the code", placeholder="e.g. owner_id")
-                    c["search"] = gr.Button("Search (search_code)")
+                    c["query"] = gr.Textbox(label="Search the code", placeholder="e.g. owner_id", elem_id="play-query")
+                    c["search"] = gr.Button("Search (search_code)", elem_id="play-search")
+                    _message(c, "search")
                 with gr.Column(scale=3):
                     c["editor"] = gr.Code("", language="python", interactive=True, lines=24, max_lines=40,
                                           label="File (open one on the left)", elem_id="play-editor")
                     c["apply"] = gr.Button("Apply edit (apply_patch)", variant="primary", elem_id="play-apply")
-                    c["search_results"] = gr.Code("", language=None, label="Search results", lines=3)
-            with gr.Accordion("Paste a unified diff instead", open=False):
-                c["patch"] = gr.Textbox(lines=10, label="Unified diff (--- a/path, +++ b/path, @@ hunks)")
-                c["apply_patch"] = gr.Button("Apply diff (apply_patch)")
+                    _message(c, "code")
+                    c["search_results"] = gr.Code("", language=None, label="Search results", lines=3,
+                                                  elem_id="play-search-results")
+            with gr.Accordion("Paste a unified diff instead", open=False, elem_id="play-patch-box"):
+                c["patch"] = gr.Textbox(lines=10, label="Unified diff (--- a/path, +++ b/path, @@ hunks)",
+                                        elem_id="play-patch")
+                c["apply_patch"] = gr.Button("Apply diff (apply_patch)", elem_id="play-apply-diff")
+                _message(c, "patch")
         with gr.Tab("HTTP"):
             with gr.Row():
-                c["method"] = gr.Dropdown(list(METHODS), value="GET", label="Method", scale=1)
+                c["method"] = gr.Dropdown(list(METHODS), value="GET", label="Method", scale=1, elem_id="play-method")
                 c["path"] = gr.Textbox("/", label="Path (with query string)", scale=3, elem_id="play-path")
                 c["as_user"] = gr.Dropdown([ANONYMOUS], value=ANONYMOUS, label="Send as", scale=2,
                                            elem_id="play-as-user")
-            c["body"] = gr.Code("", language="json", interactive=True, lines=3, label="JSON body (optional)")
+            c["body"] = gr.Code("", language="json", interactive=True, lines=3, label="JSON body (optional)",
+                                elem_id="play-body")
             c["send"] = gr.Button("Send request (http_request)", variant="primary", elem_id="play-send")
-            c["response"] = gr.Code("", language=None, label="Response", lines=8, elem_id="play-response")
+            _message(c, "http")
+            c["response"] = gr.Code("", language=None, label="Response: status, headers, body", lines=8,
+                                    elem_id="play-response")
+            c["history"] = gr.Dataframe(rollout_view.request_frame(None), label="Requests so far (newest first)",
+                                        wrap=True, elem_id="play-history", max_height=300)
         with gr.Tab("Tests & diff"):
             with gr.Row():
                 c["run_tests"] = gr.Button("Run visible tests (run_tests)", elem_id="play-tests")
-                c["view_diff"] = gr.Button("View diff (view_diff)")
+                c["view_diff"] = gr.Button("View diff (view_diff)", elem_id="play-view-diff")
+            _message(c, "tests")
             c["tests"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS), label="Visible probes", wrap=True,
-                                      column_widths=PROBE_WIDTHS)
-            c["diff"] = gr.Code("", language=None, label="Diff against the original app", lines=8)
+                                      column_widths=PROBE_WIDTHS, elem_id="play-tests-table")
+            gr.Markdown("Diff against the original app")
+            c["diff"] = gr.HTML(diff_view.diff_html(""), elem_id="play-diff")
         with gr.Tab("Submit"):
             c["submit"] = gr.Button("Submit (ends the episode; every probe runs)", variant="stop",
                                     elem_id="play-submit")
+            _message(c, "submit")
             c["verdict"] = safe.markdown_component("", elem_id="play-verdict")
             c["breakdown"] = gr.Dataframe(rollout_view.breakdown_frame(None), label="Reward breakdown",
                                           elem_id="play-breakdown", wrap=True)
@@ -305,18 +387,25 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
     with gr.Accordion("Episode log", open=False):
         c["log"] = gr.Dataframe(pd.DataFrame(columns=LOG_COLUMNS), label="Steps so far")
 
-    out = outputs({k: v for k, v in c.items() if k not in ("new", "search", "apply", "apply_patch", "send",
-                                                             "run_tests", "view_diff", "submit")})
-    named = {k: v for k, v in c.items()}
-    c["new"].click(bind(ctrl.new_episode, named, visitor=True), [c["sid"], c["split"], c["bug_class"], c["tier"], c["domain"],
-                                                    c["scenario"], c["seed"], c["budget"], c["nickname"]], out)
-    c["files"].input(bind(ctrl.open_file, named), [c["sid"], c["files"]], out)
-    c["apply"].click(bind(ctrl.apply_edit, named), [c["sid"], c["editing"], c["editor"]], out)
-    c["apply_patch"].click(bind(ctrl.apply_diff, named), [c["sid"], c["patch"]], out)
-    c["search"].click(bind(ctrl.search, named), [c["sid"], c["query"]], out)
-    c["send"].click(bind(ctrl.send_request, named), [c["sid"], c["method"], c["path"], c["as_user"], c["body"]], out)
-    c["run_tests"].click(bind(ctrl.run_tests, named), [c["sid"]], out)
-    c["view_diff"].click(bind(ctrl.view_diff, named), [c["sid"]], out)
-    c["submit"].click(bind(ctrl.submit, named), [c["sid"]], out)
+    progress = ["status", "log"]
+    patched = [*progress, "diff", "files", "editor", "editing"]
+    wire(c["new"].click, ctrl.new_episode, c,
+         ["sid", "split", "bug_class", "tier", "domain", "scenario", "seed", "budget", "nickname"],
+         [*progress, "sid", "task", "files", "editor", "editing", "as_user", "response", "history", "tests", "diff",
+          "verdict", "breakdown", "probes", "search_results", *(f"{s}_msg" for s in MESSAGE_SLOTS if s != "new")],
+         at="new_msg", visitor=True)
+    wire(c["files"].input, ctrl.open_file, c, ["sid", "files"], [*progress, "editor", "editing"], at="code_msg")
+    wire(c["apply"].click, ctrl.apply_edit, c, ["sid", "editing", "editor"], patched, at="code_msg")
+    wire(c["apply_patch"].click, ctrl.apply_diff, c, ["sid", "patch", "editing"], patched, at="patch_msg")
+    wire(c["search"].click, ctrl.search, c, ["sid", "query"], [*progress, "search_results"], at="search_msg")
+    wire(c["query"].submit, ctrl.search, c, ["sid", "query"], [*progress, "search_results"], at="search_msg")
+    wire(c["send"].click, ctrl.send_request, c, ["sid", "method", "path", "as_user", "body"],
+         [*progress, "response", "history"], at="http_msg")
+    wire(c["path"].submit, ctrl.send_request, c, ["sid", "method", "path", "as_user", "body"],
+         [*progress, "response", "history"], at="http_msg")
+    wire(c["run_tests"].click, ctrl.run_tests, c, ["sid"], [*progress, "tests"], at="tests_msg")
+    wire(c["view_diff"].click, ctrl.view_diff, c, ["sid"], [*progress, "diff"], at="tests_msg")
+    wire(c["submit"].click, ctrl.submit, c, ["sid"], [*progress, "verdict", "breakdown", "probes", "diff"],
+         at="submit_msg")
     c["controller"] = ctrl
     return c

@@ -108,6 +108,31 @@ def _exchange(entry: StepEntry) -> str | None:
     return "\n\n".join(parts)
 
 
+REQUEST_COLUMNS = ("step", "request", "as", "status", "location", "content-type")
+
+
+def request_frame(record: EpisodeRecord | None) -> pd.DataFrame:
+    """The episode's HTTP requests so far, newest first: one row each (:data:`REQUEST_COLUMNS`); a
+    refused request shows why in the status column."""
+    rows = []
+    for entry in (record.steps if record is not None else []):
+        if _ran_tool(entry) != "http_request":
+            continue
+        request = _request_of(entry) or {}
+        result = entry.observation.get("result")
+        headers = result.get("headers") or {} if isinstance(result, dict) else {}
+        if isinstance(result, dict) and result.get("status") is not None:
+            status = str(result["status"])
+        elif isinstance(result, dict):
+            status = f"no response: {result.get('error') or 'unknown error'}"
+        else:
+            status = f"refused: {entry.observation.get('error') or 'no result'}"
+        rows.append({"step": entry.step, "request": f"{str(request.get('method', 'GET')).upper()} {request.get('path', '?')}",
+                     "as": request.get("as_user") or "anonymous", "status": status,
+                     "location": headers.get("location", ""), "content-type": headers.get("content-type", "")})
+    return pd.DataFrame(rows[::-1], columns=list(REQUEST_COLUMNS))
+
+
 def _transcript(record: EpisodeRecord, upto: int) -> str:
     exchanges = [text for entry in record.steps[:upto] if (text := _exchange(entry))]
     return "\n\n---\n\n".join(exchanges) if exchanges else "_No HTTP requests yet._"

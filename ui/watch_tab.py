@@ -23,11 +23,13 @@ import gradio as gr
 from envcore.env.environment import ResetError
 from envcore.env.episode_log import EpisodeRecord
 from envcore.server.sessions import SessionError, SessionHub, Visitor
-from ui import artifact_sets, rollout_view, safe
-from ui.wiring import UserError, bind, outputs
+from ui import artifact_sets, diff_view, rollout_view, safe
+from ui.wiring import UserError, wire
 
 NONE = ""
 SIDES = ("left", "right", "live")
+SIDE_FIELDS = ("title", "action", "observation", "transcript", "outcome", "breakdown", "diff")
+"""The components of one side of the viewer (``left_title`` ...), all redrawn when its step changes."""
 EMPTY_SIDE = "Pick a rollout set and a scenario."
 
 
@@ -97,6 +99,10 @@ class WatchController:
         out["index"] = gr.update(maximum=max(total, 1), value=min(index, total))
         return out
 
+    def show_start(self, left: str | None, right: str | None, scenario: str | None) -> dict[str, Any]:
+        """``scenario`` from its first step (a scenario was picked)."""
+        return self.show(left, right, scenario, 0)
+
     def move(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
              delta: int) -> dict[str, Any]:
         return self.show(left, right, scenario, max(int(index or 0) + delta, 0))  # show clamps to the end
@@ -130,7 +136,13 @@ class WatchController:
             raise UserError(str(exc)) from None
         return {"live_sid": sid, **self._live_view(sid)}
 
+    def _live_session(self, sid: str | None) -> str:
+        if not sid or not self.hub.is_open(sid):
+            raise UserError("No agent is playing here yet (or its session expired): pick an agent and press Start.")
+        return str(sid)
+
     def live_step(self, sid: str | None) -> dict[str, Any]:
+        sid = self._live_session(sid)
         try:
             self.hub.agent_step(str(sid))
         except SessionError as exc:
@@ -138,6 +150,7 @@ class WatchController:
         return self._live_view(str(sid))
 
     def live_run(self, sid: str | None) -> dict[str, Any]:
+        sid = self._live_session(sid)
         try:
             while True:
                 _, observation = self.hub.agent_step(str(sid))
@@ -158,7 +171,7 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
         message = EMPTY_SIDE if not name else "This set has no episode of the chosen scenario."
         return {f"{side}_title": message, f"{side}_action": "", f"{side}_observation": "",
                 f"{side}_transcript": "", f"{side}_outcome": "",
-                f"{side}_breakdown": rollout_view.breakdown_frame(None), f"{side}_diff": ""}
+                f"{side}_breakdown": rollout_view.breakdown_frame(None), f"{side}_diff": diff_view.diff_html("", empty="")}
     view = rollout_view.step_view(record, index)
     title = f"**{safe.markdown(record.agent_id)}** · {safe.markdown(view.title)}"
     if view.error:
@@ -170,7 +183,7 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
         f"{side}_transcript": view.transcript_markdown or "_No HTTP requests yet._",
         f"{side}_outcome": rollout_view.outcome_markdown(record),
         f"{side}_breakdown": rollout_view.breakdown_frame(record.reward_breakdown),
-        f"{side}_diff": record.diff or "(no changes)",
+        f"{side}_diff": diff_view.diff_html(record.diff, empty="(no changes)"),
     }
 
 
@@ -185,7 +198,8 @@ def _side(c: dict[str, Any], side: str, heading: str) -> None:
     with gr.Accordion("Outcome, reward breakdown and final diff", open=side == "live"):
         c[f"{side}_outcome"] = safe.markdown_component("", elem_id=f"watch-{side}-outcome")
         c[f"{side}_breakdown"] = gr.Dataframe(rollout_view.breakdown_frame(None), label="Reward breakdown", wrap=True)
-        c[f"{side}_diff"] = gr.Code("", language=None, label="Final diff", lines=6)
+        gr.Markdown("Final diff")
+        c[f"{side}_diff"] = gr.HTML(diff_view.diff_html("", empty=""), elem_id=f"watch-{side}-diff")
 
 
 def build(hub: SessionHub, artifacts: Path, *, ttl_s: float) -> dict[str, Any]:
@@ -213,22 +227,23 @@ def build(hub: SessionHub, artifacts: Path, *, ttl_s: float) -> dict[str, Any]:
             c["live_start"] = gr.Button("Start", variant="primary", elem_id="watch-live-start")
             c["live_step"] = gr.Button("Next action", elem_id="watch-live-step")
             c["live_run"] = gr.Button("Run to the end", elem_id="watch-live-run")
+        c["live_msg"] = safe.markdown_component("", elem_id="watch-live-msg", elem_classes=["a01-msg"])
         _side(c, "live", "Live episode")
 
-    named = dict(c)
-    out = outputs({k: v for k, v in c.items() if k not in ("reload", "back", "forward", "live_start", "live_step",
-                                                             "live_run")})
-    view_inputs = [c["left_set"], c["right_set"], c["scenario"], c["index"]]
-    c["reload"].click(bind(ctrl.refresh, named), None, out)
-    c["left_set"].input(bind(ctrl.pick_sets, named), [c["left_set"], c["right_set"]], out)
-    c["right_set"].input(bind(ctrl.pick_sets, named), [c["left_set"], c["right_set"]], out)
-    c["scenario"].input(bind(lambda left, right, scenario: ctrl.show(left, right, scenario, 0), named),
-                        [c["left_set"], c["right_set"], c["scenario"]], out)
-    c["index"].release(bind(ctrl.show, named), view_inputs, out)
-    c["back"].click(bind(ctrl.step_back, named), view_inputs, out)
-    c["forward"].click(bind(ctrl.step_forward, named), view_inputs, out)
-    c["live_start"].click(bind(ctrl.start_live, named, visitor=True), [c["live_sid"], c["live_agent"], c["scenario"]], out)
-    c["live_step"].click(bind(ctrl.live_step, named), [c["live_sid"]], out)
-    c["live_run"].click(bind(ctrl.live_run, named), [c["live_sid"]], out)
+    view = [f"{side}_{field}" for side in ("left", "right") for field in SIDE_FIELDS] + ["index"]
+    picked = ["scenario", *view]
+    live = ["live_sid", *(f"live_{field}" for field in SIDE_FIELDS)]
+    view_inputs = ["left_set", "right_set", "scenario", "index"]
+    wire(c["reload"].click, ctrl.refresh, c, [], ["left_set", "right_set", *picked])
+    wire(c["left_set"].input, ctrl.pick_sets, c, ["left_set", "right_set"], picked)
+    wire(c["right_set"].input, ctrl.pick_sets, c, ["left_set", "right_set"], picked)
+    wire(c["scenario"].input, ctrl.show_start, c, ["left_set", "right_set", "scenario"], view)
+    wire(c["index"].release, ctrl.show, c, view_inputs, view)
+    wire(c["back"].click, ctrl.step_back, c, view_inputs, view)
+    wire(c["forward"].click, ctrl.step_forward, c, view_inputs, view)
+    wire(c["live_start"].click, ctrl.start_live, c, ["live_sid", "live_agent", "scenario"], live, at="live_msg",
+         visitor=True)
+    wire(c["live_step"].click, ctrl.live_step, c, ["live_sid"], live, at="live_msg")
+    wire(c["live_run"].click, ctrl.live_run, c, ["live_sid"], live, at="live_msg")
     c["controller"] = ctrl
     return c

@@ -4,10 +4,15 @@ Controllers (``PlayController``, ``WatchController``, ``DashboardController``) a
 UI action is a method that takes the inputs' values and returns a dict of *named* outputs. They know
 nothing of components, so they are tested and benchmarked without a browser (``python -m envcore
 bench ui`` times exactly these methods). :func:`bind` turns such a method into a Gradio handler:
-names become components, and a :class:`UserError` (bad input, a session that expired, an episode
-that cannot start) becomes a toast saying why, leaving every output as it was (``gr.skip()``: an
-empty dict would read as too few outputs, and Gradio would mark each output as failed). This avoids the long
-positional tuples that make Gradio apps hard to change.
+names become components, and every action declares only the components it changes, so a click
+sends and redraws no more than that.
+
+Mistakes are messages next to the control that made them. An action is bound with ``at=``, the name
+of a message component beside its button: a :class:`UserError` (bad input, no episode yet, a session
+that expired) is shown there and every other output stays as it was (``gr.skip()``); a step the
+environment refused comes back as ``refused`` and a short success note as ``notice``, both shown
+there too; an action that says nothing clears the message. Nothing becomes an error overlay. An
+action bound without ``at`` shows a :class:`UserError` as a toast.
 
 A method that opens a session takes a ``visitor`` keyword (:class:`~envcore.server.sessions.Visitor`):
 ``bind(..., visitor=True)`` fills it from the request (the client address, as the server's guard
@@ -35,11 +40,22 @@ class UserError(Exception):
     """Something the visitor can fix; its message is shown to them as it is."""
 
 
+REFUSED, NOTICE = "refused", "notice"
+"""The names under which an action returns a refusal or a note for its message component."""
+
+
+def message_markdown(text: str, *, refused: bool = True) -> str:
+    """The message shown beside a control: escaped, line by line, marked as a refusal or a note."""
+    mark = "⚠️" if refused else "✓"
+    return f"{mark} {safe.markdown_lines(text)}" if text else ""
+
+
 def bind(method: Callable[..., Mapping[str, Any]], components: Mapping[str, Any], *,
-         visitor: bool = False) -> Callable[..., Any]:
+         visitor: bool = False, at: str | None = None) -> Callable[..., Any]:
     """A Gradio handler calling ``method`` and mapping its named results onto ``components``; with
     ``visitor``, ``method`` also gets ``visitor=`` the :class:`~envcore.server.sessions.Visitor` of the
-    request."""
+    request; with ``at``, mistakes, refusals and notes go to the message component of that name (see
+    the module docstring)."""
     if visitor:
         def with_visitor(request: gr.Request, *args: Any) -> Any:
             return call(*args, visitor=visitor_of(request))
@@ -52,10 +68,15 @@ def bind(method: Callable[..., Mapping[str, Any]], components: Mapping[str, Any]
 
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            named = method(*args, **kwargs)
+            named = dict(method(*args, **kwargs))
         except UserError as exc:
-            toast(str(exc))
-            return gr.skip()
+            if at is None:
+                toast(str(exc))
+                return gr.skip()
+            return {components[at]: message_markdown(str(exc))}
+        if at is not None:
+            refused, notice = named.pop(REFUSED, None), named.pop(NOTICE, None)
+            named[at] = message_markdown(refused) if refused else message_markdown(notice or "", refused=False)
         unknown = set(named) - set(components)
         if unknown:  # a programming error, not the visitor's: fail loudly in development and tests
             raise KeyError(f"{method.__qualname__} returned outputs with no component: {sorted(unknown)}")
@@ -68,17 +89,22 @@ def bind(method: Callable[..., Mapping[str, Any]], components: Mapping[str, Any]
     return functools.wraps(method)(call)
 
 
+def wire(event: Callable[..., Any], method: Callable[..., Mapping[str, Any]], components: Mapping[str, Any],
+         inputs: list[str], changes: list[str], *, at: str | None = None, visitor: bool = False) -> None:
+    """Bind ``method`` to ``event`` (e.g. ``button.click``) with the named ``inputs``, declaring as
+    outputs only the named components it ``changes`` (and its message component ``at``)."""
+    names = list(dict.fromkeys([*changes, *([at] if at else [])]))
+    declared = {name: components[name] for name in names}
+    event(bind(method, declared, visitor=visitor, at=at), [components[name] for name in inputs],
+          list(declared.values()))
+
+
 def visitor_of(request: gr.Request | None) -> Visitor:
     """The visitor making ``request``: its client address and its page's Gradio session."""
     if request is None:
         return Visitor()
     client = getattr(request, "client", None)
     return Visitor(client=getattr(client, "host", None), page=getattr(request, "session_hash", None))
-
-
-def outputs(components: Mapping[str, Any]) -> list[Any]:
-    """Every component a bound handler may update (Gradio wants them declared)."""
-    return list(components.values())
 
 
 def toast(message: str) -> None:
