@@ -326,6 +326,23 @@ def test_charts_share_colours_given_one_mapping():
     assert rates.layout.yaxis.tickformat is None  # reward is not a rate
 
 
+@pytest.mark.parametrize("n", [2, 8, 9, 12, 24])
+def test_every_set_gets_a_colour_of_its_own_for_any_number_of_sets(n):
+    """Ten sets used to share eight colours (an adapter drawn in the heuristic's): now every set's
+    bars differ from every other's by a visible CIELAB distance, the Okabe-Ito colours first."""
+    from itertools import combinations
+
+    names = [f"set-{i:02d}" for i in range(n)]
+    frame = data.episode_frame({name: [make_record("s1", agent=name, reward=i / n)] for i, name in enumerate(names)})
+    figure = charts.rate_chart(data.rate_table(frame, "overall", "reward", samples=20), by="overall",
+                               metric="reward", colors=charts.set_colors(names))
+    drawn = [t.marker.color for t in figure.data]
+    assert len(drawn) == n
+    assert drawn[: min(n, 8)] == list(charts.PALETTE[: min(n, 8)])
+    closest = min(charts.color_distance(a, b) for a, b in combinations(drawn, 2))
+    assert closest >= charts.MIN_COLOR_DISTANCE, closest
+
+
 def test_delta_chart_is_a_forest_plot_with_a_zero_line(shipped_frame):
     table = data.paired_delta_table(shipped_frame, "noop", "heuristic", samples=300)
     figure = charts.delta_chart(table, base="noop", other="heuristic", metric="reward")

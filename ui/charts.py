@@ -7,8 +7,9 @@ Choices:
 * Colours: the Okabe-Ito palette (distinguishable with the common colour-vision deficiencies), keyed
   by set name. :func:`set_colors` assigns it to a list of names in their sorted order; pass the same
   mapping (built once from every set the page can show) as ``colors`` to every chart and a set keeps
-  its colour across charts and selections. Without ``colors`` a chart assigns colours to the sets it
-  draws, consistent only within that chart.
+  its colour across charts and selections. Past eight sets, :func:`distinct_colors` adds colours at
+  least a set CIELAB distance from every other, so no two sets ever share one. Without ``colors`` a
+  chart assigns colours to the sets it draws, consistent only within that chart.
 * Rate metrics (:data:`ui.data.RATE_METRICS`) get a fixed 0-100% axis so charts compare at a glance;
   reward and steps get an axis fitted to the data.
 * No data is never drawn as an empty axis that looks like zeros: every chart returns
@@ -42,9 +43,61 @@ which alone would cost the dashboard a tenth of its time budget per click."""
 ZERO_LINE = "#555555"
 
 
+MIN_COLOR_DISTANCE = 18.0
+"""The least CIELAB distance (ΔE*76) between any two sets' colours: about what a reader tells apart at a
+glance in a legend (2.3 is the barely noticeable difference)."""
+
+
+def _lab(color: str) -> tuple[float, float, float]:
+    """CIELAB (D65) of a ``#rrggbb`` colour."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(int(color[i:i + 2], 16) / 255) for i in (1, 3, 5))
+    xyz = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b, \
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+    f = [t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in xyz]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def color_distance(a: str, b: str) -> float:
+    """ΔE*76 between two ``#rrggbb`` colours."""
+    return sum((x - y) ** 2 for x, y in zip(_lab(a), _lab(b))) ** 0.5
+
+
+def _hsl(hue: float, saturation: float, lightness: float) -> str:
+    import colorsys
+
+    r, g, b = colorsys.hls_to_rgb(hue, lightness, saturation)
+    return "#" + "".join(f"{round(v * 255):02x}" for v in (r, g, b))
+
+
+def distinct_colors(n: int) -> list[str]:
+    """``n`` colours, the Okabe-Ito :data:`PALETTE` first, then hues a golden angle apart at three
+    lightnesses, each kept only if it is at least :data:`MIN_COLOR_DISTANCE` from every colour kept;
+    if the plane fills up the distance asked for shrinks, so any ``n`` gets colours as far apart as
+    this search finds."""
+    chosen = list(PALETTE[:n])
+    floor = MIN_COLOR_DISTANCE
+    step = 0
+    while len(chosen) < n:
+        for _ in range(720):
+            step += 1
+            hue = (step * 0.618033988749895) % 1.0
+            lightness = (0.35, 0.55, 0.72)[step % 3]
+            candidate = _hsl(hue, 0.75, lightness)
+            if all(color_distance(candidate, c) >= floor for c in chosen):
+                chosen.append(candidate)
+                break
+        else:
+            floor *= 0.8
+    return chosen
+
+
 def set_colors(names: Iterable[str]) -> dict[str, str]:
-    """A colour per distinct name, in sorted-name order (cycling past eight sets)."""
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(set(names)))}
+    """A distinct colour per distinct name (:func:`distinct_colors`), in sorted-name order."""
+    ordered = sorted(set(names))
+    return dict(zip(ordered, distinct_colors(len(ordered))))
 
 
 def _colors(names: Iterable[str], colors: Mapping[str, str] | None) -> dict[str, str]:
