@@ -29,6 +29,7 @@ import pandas as pd
 
 from envcore.env.actions import A01Observation, A01State
 from envcore.env.environment import ResetError
+from envcore.env.render import response_headers
 from envcore.patching import make_diff
 from envcore.server.sessions import HUMAN_STEP_BUDGETS, SessionError, SessionHub, Visitor, human_agent_id
 from ui import diff_view, rollout_view, safe
@@ -94,10 +95,13 @@ class PlayController:
         except SessionError as exc:
             raise UserError(str(exc)) from None
 
-    def _progress(self, session_id: str, observation: A01Observation | None = None, **named: Any) -> dict[str, Any]:
-        """The status line and the step log, from one read of the episode's state; the refusal of
-        ``observation`` (if any) for the action's message."""
+    def _progress(self, session_id: str, observation: A01Observation | None = None, *, show_diff: bool = False,
+                  **named: Any) -> dict[str, Any]:
+        """The status line and the step log (and with ``show_diff`` the current diff), from one read of
+        the episode's state; the refusal of ``observation`` (if any) for the action's message."""
         state = self.hub.state(session_id)
+        if show_diff:
+            named["diff"] = diff_view.diff_html(state.diff)
         if observation is not None and observation.error:
             named[REFUSED] = f"Refused: {observation.error}"
         return {"status": status_text(state), "log": log_frame(state), **named}
@@ -106,10 +110,7 @@ class PlayController:
         """After a patch: the diff, the file list, and the open file as the workspace now holds it."""
         if observation.error:
             return self._progress(sid, observation)
-        state = self.hub.state(sid)
-        named: dict[str, Any] = {"status": status_text(state), "log": log_frame(state),
-                                 "diff": diff_view.diff_html(state.diff),
-                                 "files": gr.update(choices=observation.files), NOTICE: observation.text}
+        named: dict[str, Any] = {"files": gr.update(choices=observation.files), NOTICE: observation.text}
         path = _editing_path(editing)
         if path:
             current = self.hub.current_file(sid, path)
@@ -117,7 +118,7 @@ class PlayController:
                 named.update(editor=gr.update(value="", label=f"{path} (deleted by the patch)"), editing={})
             else:
                 named.update(editor=gr.update(value=current, label=path), editing={"path": path, "base": current})
-        return named
+        return self._progress(sid, show_diff=True, **named)
 
     # ----- actions -----------------------------------------------------------------------------
     def new_episode(self, sid: str | None, split: str, bug_class: str, tier: str, domain: str, scenario: str,
@@ -242,8 +243,7 @@ class PlayController:
         return self._progress(
             sid, observation, verdict=safe.markdown_lines(observation.text),
             breakdown=rollout_view.breakdown_frame(verdict.get("reward_breakdown") or observation.reward_breakdown),
-            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True),
-            diff=diff_view.diff_html(self.hub.state(sid).diff))
+            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True), show_diff=True)
 
 
 def _editing_path(editing: Any) -> str:
@@ -298,8 +298,7 @@ def response_text(observation: A01Observation) -> str:
     except (json.JSONDecodeError, TypeError):
         pass
     lines = [f"HTTP {result.get('status')}{' (body truncated)' if result.get('body_truncated') else ''}"]
-    for name, value in (result.get("headers") or {}).items():
-        lines += [f"{name}: {line}" for line in str(value).split("\n")]
+    lines += response_headers(result.get("headers") or {}, names=None)
     note = [f"({result['note']})"] if result.get("note") else []
     return "\n".join([*lines, *note, "", body])
 

@@ -82,12 +82,19 @@ def _request_of(entry: StepEntry) -> dict[str, Any] | None:
     return None
 
 
+def _request_line(request: dict[str, Any]) -> str:
+    return f"{str(request.get('method', 'GET')).upper()} {request.get('path', '?')}"
+
+
+def _sender(request: dict[str, Any]) -> str:
+    return request.get("as_user") or "anonymous"
+
+
 def _exchange(entry: StepEntry) -> str | None:
     if _ran_tool(entry) != "http_request":
         return None
     request = _request_of(entry) or {}
-    who = request.get("as_user") or "anonymous"
-    line = f"{str(request.get('method', 'GET')).upper()} {request.get('path', '?')} as {who}"
+    line = f"{_request_line(request)} as {_sender(request)}"
     parts = [f"**Step {entry.step}** · {safe.code(line)}"]
     if request.get("json_body") is not None:
         parts.append(safe.fence(json.dumps(request["json_body"], indent=2, ensure_ascii=False), "json"))
@@ -120,15 +127,14 @@ def request_frame(record: EpisodeRecord | None) -> pd.DataFrame:
             continue
         request = _request_of(entry) or {}
         result = entry.observation.get("result")
-        headers = result.get("headers") or {} if isinstance(result, dict) else {}
+        headers = (result.get("headers") or {}) if isinstance(result, dict) else {}
         if isinstance(result, dict) and result.get("status") is not None:
             status = str(result["status"])
         elif isinstance(result, dict):
             status = f"no response: {result.get('error') or 'unknown error'}"
         else:
             status = f"refused: {entry.observation.get('error') or 'no result'}"
-        rows.append({"step": entry.step, "request": f"{str(request.get('method', 'GET')).upper()} {request.get('path', '?')}",
-                     "as": request.get("as_user") or "anonymous", "status": status,
+        rows.append({"step": entry.step, "request": _request_line(request), "as": _sender(request), "status": status,
                      "location": headers.get("location", ""), "content-type": headers.get("content-type", "")})
     return pd.DataFrame(rows[::-1], columns=list(REQUEST_COLUMNS))
 

@@ -60,11 +60,11 @@ redirect leads, the cookies set, what the body is, how to authenticate, and whom
 the response with. The observation's ``result`` holds every header."""
 
 
-def response_headers(headers: dict[str, str]) -> list[str]:
-    """``name: value`` lines of the headers in :data:`SHOWN_HEADERS`, in that order, one line per
-    cookie."""
+def response_headers(headers: dict[str, str], names: tuple[str, ...] | None = SHOWN_HEADERS) -> list[str]:
+    """``name: value`` lines of the headers in ``names`` (in that order; ``None``: every header, as
+    sent), one line per cookie."""
     lines = []
-    for name in SHOWN_HEADERS:
+    for name in headers if names is None else names:
         if name in headers:
             lines += [f"{name}: {value}" for value in str(headers[name]).split("\n")]
     return lines

@@ -19,6 +19,7 @@ import base64
 import marshal
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from types import CodeType
@@ -98,6 +99,15 @@ def rehearse(sample: dict[str, Any], root: Path, loop: asyncio.AbstractEventLoop
         pass
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def rehearse_all(samples: Any) -> None:
+    """:func:`rehearse` every sample, each in a folder of its own, on one event loop: the first-use
+    work of the libraries done once in this process, for every process forked from it."""
+    loop = asyncio.new_event_loop()
+    for sample in samples:
+        rehearse(sample, Path(tempfile.mkdtemp(prefix="a01-warmup-")), loop)
+    loop.close()
 
 
 def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:

@@ -24,16 +24,13 @@ and its workers follow it the same way.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any, Callable
 
 # Everything a worker needs is imported here, before the first fork.
@@ -45,7 +42,7 @@ import sqlite3  # noqa: F401
 
 from envcore.sandbox import containment
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireTimeout, send_frame
-from envcore.sandbox.worker import rehearse, worker_main
+from envcore.sandbox.worker import rehearse_all, worker_main
 
 ChildMain = Callable[[int, int, dict, bytes], None]
 
@@ -97,10 +94,7 @@ class Zygote:
                 self.ended.popitem(last=False)
 
     def warm_up(self, apps: list[dict[str, Any]]) -> None:
-        loop = asyncio.new_event_loop()
-        for sample in apps:  # the same load-and-serve a spare rehearses, here once for every fork
-            rehearse(sample, Path(tempfile.mkdtemp(prefix="a01-warmup-")), loop)
-        loop.close()
+        rehearse_all(apps)  # the same load-and-serve a spare rehearses, here once for every fork
         self.rehearsal = apps[0] if apps else None
         gc.collect()
         gc.freeze()

@@ -145,14 +145,11 @@ from envcore.runner.execute import plan_requests
 from envcore.runner.http import Lifespan, call_asgi
 from envcore.runner.inprocess import _endpoint_context_cache, _endpoints, _seed_endpoint_context, import_app, materialize
 from envcore.sandbox.warmup import warmup_apps
-from envcore.sandbox.worker import rehearse
+from envcore.sandbox.worker import rehearse_all
 from envcore.scenario.bundle import Bundle
 bundle = Bundle.model_validate_json(sys.stdin.read())
 n = int(sys.argv[1])
-warm = asyncio.new_event_loop()
-for sample in warmup_apps():  # the zygote's warm-up: first-use work of the libraries done once
-    rehearse(sample, Path(tempfile.mkdtemp(prefix="a01-warmup-")), warm)
-warm.close()
+rehearse_all(warmup_apps())  # the zygote's warm-up
 root = Path(tempfile.mkdtemp(prefix="a01-fork-bound-"))
 materialize(bundle.files, root)
 os.chdir(root)
