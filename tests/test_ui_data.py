@@ -75,10 +75,13 @@ def test_discover_finds_the_shipped_runs_with_the_oracle_as_validation(shipped):
     evals = [s for s in sets if s.name.startswith("evals/v2/")]
     assert sorted(s.name.rsplit("/", 1)[-1] for s in evals) == sorted(SHIPPED)
     oracle = shipped["oracle"]
-    assert (oracle.kind, oracle.label) == ("validation", "oracle (validation only) · evals/v2")
+    assert (oracle.kind, oracle.label) == ("validation", "Oracle: the reference fix (validation only) · evals/v2")
     assert oracle.path == ARTIFACTS / "evals/v2/oracle/episodes.jsonl.gz"
     assert all(s.kind == "baseline" for name, s in shipped.items() if name != "oracle")
-    assert shipped["heuristic"].label == "heuristic · evals/v2"
+    assert shipped["heuristic"].label == "Heuristic baseline (scripted) · evals/v2"
+    assert shipped["tiny-random-llm"].caveat == artifact_sets.PIPELINE_CHECK  # a 2-layer, 64-wide model
+    assert shipped["tiny-random-llm"].label.endswith("pipeline check, not a skilled agent")
+    assert not shipped["heuristic"].caveat
     assert evals[-1] == oracle  # validation runs after the competitors
     assert not any("scenarios" in s.name or "models" in s.name for s in sets)
 
@@ -115,9 +118,38 @@ def test_discover_names_kinds_and_skips(tmp_path):
         ("human", "human"), ("evals/v2/oracle", "validation"), ("misc/play", "other")]
     by_name = {s.name: s for s in sets}
     assert by_name["evals/v2/heuristic"].path.name == "episodes.jsonl"  # plain preferred over .gz
-    assert by_name["evals/v2/oracle"].label == "oracle (validation only) · evals/v2"
-    assert by_name["human"].label == "human"
-    assert by_name["training/run1/rollouts"].label == "rollouts · training/run1"
+    assert by_name["evals/v2/oracle"].label == "Oracle: the reference fix (validation only) · evals/v2"
+    assert by_name["human"].label == "Human players · this Space"
+    assert by_name["training/run1/rollouts"].label == "run1 training rollouts"
+    assert by_name["evals/v2/tuned"].label == "tuned · evals/v2"
+
+
+def test_a_model_too_small_to_play_is_labelled_a_pipeline_check_wherever_its_runs_sit(tmp_path):
+    def model(folder: str, hidden: int, layers: int) -> None:
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "config.json").write_text(json.dumps(
+            {"hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": 32000, "intermediate_size": 4 * hidden}))
+
+    model("models/tiny", 64, 2)
+    model("models/coder", 1536, 28)  # about 1.5 billion parameters
+    one = [make_record("s1")]
+    for name, run in {"evals/v2/tiny": {"model": "models/tiny", "adapter": None},
+                      "evals/v2/coder": {"model": "models/coder", "adapter": None}}.items():
+        _write_log(tmp_path / name / "episodes.jsonl", one)
+        (tmp_path / name / "summary.json").write_text(json.dumps({"run": run}))
+    _write_log(tmp_path / "training/t1/episodes.jsonl", one)
+    (tmp_path / "training/t1/training.json").write_text(json.dumps({"model": "models/tiny"}))
+    _write_log(tmp_path / "training/t1/eval/trained/episodes.jsonl", one)
+    (tmp_path / "training/t1/eval/trained/summary.json").write_text(
+        json.dumps({"run": {"model": "models/tiny", "adapter": "adapters/t1"}}))
+    by_name = {s.name: s for s in artifact_sets.discover(tmp_path)}
+    assert artifact_sets.model_parameters({"hidden_size": 1536, "num_hidden_layers": 28, "vocab_size": 151936}) > 1e9
+    assert by_name["evals/v2/tiny"].caveat == artifact_sets.PIPELINE_CHECK
+    assert by_name["evals/v2/coder"].caveat == ""
+    assert by_name["evals/v2/coder"].label == "coder (model, untrained) · evals/v2"
+    assert by_name["training/t1"].caveat == by_name["training/t1/eval/trained"].caveat == artifact_sets.PIPELINE_CHECK
+    assert by_name["training/t1/eval/trained"].label == (
+        "t1 after training · held-out eval · pipeline check, not a skilled agent")
     assert artifact_sets.discover(tmp_path / "absent") == []
 
 

@@ -57,7 +57,11 @@ class RolloutSet:
     kind: str
     """One of :data:`KINDS`."""
     label: str
-    """Display text: ``heuristic · evals/v2``; the oracle's is ``oracle (validation only) · evals/v2``."""
+    """What the set is, in words (:func:`describe`): ``Heuristic baseline (scripted) · evals/v2``,
+    ``tiny-grpo after training · held-out eval · pipeline check, not a skilled agent``."""
+    caveat: str = ""
+    """Why the set's numbers say little about skill, or ``""``: :data:`PIPELINE_CHECK` for a model so
+    small that its runs only show that the pipeline works end to end."""
 
     @property
     def evaluated(self) -> bool:
@@ -103,10 +107,95 @@ def _kind(name: str, folder: Path) -> str:
     return next((kind for kind, test in KIND_RULES if test(parts, folder)), "other")
 
 
-def _label(name: str, kind: str) -> str:
-    parent, _, leaf = name.rpartition("/")
-    shown = f"{leaf} (validation only)" if kind == "validation" else leaf
-    return f"{shown} · {parent}" if parent else shown
+AGENT_WORDS = {
+    "heuristic": "Heuristic baseline (scripted)",
+    "noop": "No-op (submits the app unchanged)",
+    "random": "Random actions",
+    "deny_all": "Deny-all (the lazy fix)",
+    "oracle": "Oracle: the reference fix (validation only)",
+}
+"""The scripted agents, in words."""
+PIPELINE_CHECK = "pipeline check, not a skilled agent"
+PIPELINE_CHECK_PARAMETERS = 10_000_000
+"""A model with fewer parameters than this cannot play the game: its runs check the pipeline only."""
+
+
+def _summary_run(folder: Path) -> dict:
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    run = summary.get("run") if isinstance(summary, dict) else None
+    return run if isinstance(run, dict) else {}
+
+
+def model_parameters(config: dict) -> int | None:
+    """About how many parameters a decoder-only transformer of this ``config.json`` has (embeddings,
+    attention and MLP weights), or ``None`` when the config does not say enough."""
+    try:
+        hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+        vocab = int(config.get("vocab_size", 0))
+        mlp = int(config.get("intermediate_size") or 4 * hidden)
+    except (KeyError, TypeError, ValueError):
+        return None
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
+    return embeddings + layers * (4 * hidden * hidden + 3 * hidden * mlp)
+
+
+def _model_folder(root: Path, model: str) -> Path | None:
+    for candidate in (Path(model), root / model, root.parent / model):
+        if (candidate / "config.json").is_file():
+            return candidate
+    return None
+
+
+def is_pipeline_check(root: Path, folder: Path, name: str) -> bool:
+    """Whether the set was played by a model too small to be skilled (:data:`PIPELINE_CHECK_PARAMETERS`):
+    the model its ``summary.json`` (or its training run's ``training.json``) names, read from its
+    ``config.json``."""
+    models = [_summary_run(folder).get("model")]
+    for parent in [folder, *folder.parents]:
+        if parent == root.parent:
+            break
+        try:
+            models.append(json.loads((parent / "training.json").read_text()).get("model"))
+        except (OSError, ValueError, AttributeError):
+            continue
+    for model in filter(None, models):
+        found = _model_folder(root, str(model))
+        if found is None:
+            continue
+        try:
+            parameters = model_parameters(json.loads((found / "config.json").read_text()))
+        except (OSError, ValueError):
+            continue
+        if parameters is not None and parameters < PIPELINE_CHECK_PARAMETERS:
+            return True
+    return False
+
+
+def describe(name: str, kind: str, folder: Path, root: Path) -> tuple[str, str]:
+    """``(label, caveat)``: the set in words, where it comes from, and the caveat (if any) at the end."""
+    parts = name.split("/")
+    leaf, parent = parts[-1], "/".join(parts[:-1])
+    run = _summary_run(folder)
+    if kind == "human":
+        words, where = "Human players", "this Space" if parent in ("", "human") else parent
+    elif leaf in AGENT_WORDS:
+        words, where = AGENT_WORDS[leaf], parent
+    elif "training" in parts:
+        training = parts[parts.index("training") + 1] if len(parts) > parts.index("training") + 1 else leaf
+        if leaf in ("trained", "base") and "eval" in parts:
+            words = f"{training} after training" if leaf == "trained" else f"{training}'s base model"
+            where = "held-out eval"
+        else:
+            words, where = f"{training} training rollouts", ""
+    elif run.get("model") and not run.get("adapter"):
+        words, where = f"{leaf} (model, untrained)", parent
+    else:
+        words, where = leaf, parent
+    caveat = PIPELINE_CHECK if is_pipeline_check(root, folder, name) else ""
+    return " · ".join(p for p in (words, where, caveat) if p), caveat
 
 
 def discover(root: Path) -> list[RolloutSet]:
@@ -116,8 +205,11 @@ def discover(root: Path) -> list[RolloutSet]:
     if not root.is_dir():
         return []
     found = find_episode_logs(root, skip_dirs=SKIPPED_DIRS, empty_ok=True)
-    sets = [RolloutSet(name=name, path=path, kind=(kind := _kind(name, path.parent)), label=_label(name, kind))
-            for name, path in found.items()]
+    sets = []
+    for name, path in found.items():
+        kind = _kind(name, path.parent)
+        label, caveat = describe(name, kind, path.parent, root)
+        sets.append(RolloutSet(name=name, path=path, kind=kind, label=label, caveat=caveat))
     return sorted(sets, key=lambda s: (KINDS.index(s.kind), s.name))
 
 
