@@ -266,8 +266,8 @@ def test_two_browser_sessions_play_separate_episodes(browser, server):
 
 def test_a_rollout_is_opened_and_stepped_through_side_by_side(page):
     page.get_by_role("tab", name="Watch").click()
-    choose(page, "watch-left-set", "heuristic · evals/v2")
-    choose(page, "watch-right-set", "noop · evals/v2")
+    choose(page, "watch-left-set", "Heuristic baseline (scripted) · evals/v2")
+    choose(page, "watch-right-set", "No-op (submits the app unchanged) · evals/v2")
     page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('heuristic')")
     page.click("#watch-forward")
     page.click("#watch-forward")
