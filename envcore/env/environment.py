@@ -258,13 +258,18 @@ class A01Environment(MCPEnvironment):
         if self.runtime.logger is not None:
             self.runtime.logger.write(self.record(outcome))
 
+    @property
+    def disclosure(self) -> str:
+        """How much of the hidden suite this episode's scenario may show (``full`` or ``words``)."""
+        return disclosure_for(self._episode_meta.get("split"))
+
     def disclosed_report(self) -> dict[str, Any] | None:
         """The episode's verification as it may be stored or shown: a test-split scenario's hidden
         probes in words only (see :mod:`envcore.verifier.disclosure`)."""
         episode = self.episode
         if episode is None or episode.report is None:
             return None
-        shown = disclose(episode.report, episode.bundle, disclosure_for(self._episode_meta.get("split")))
+        shown = disclose(episode.report, episode.bundle, self.disclosure)  # type: ignore[arg-type]
         return shown.model_dump(mode="json")
 
     def record(self, outcome: Outcome) -> EpisodeRecord:
@@ -285,6 +290,7 @@ class A01Environment(MCPEnvironment):
             timings_ms={"reset": round(self._reset_ms, 3), "verify": round(episode.verify_ms, 3),
                         "steps": round(sum(r.elapsed_ms for r in episode.records), 3),
                         "total": round((ended - episode.started_at) * 1000, 3)},
+            hints=list(episode.hints),
         )
 
 

@@ -63,6 +63,7 @@ from envcore.env.actions import (
     parse_action,
 )
 from envcore.env.episode_log import StepEntry, step_entry
+from envcore.env.hints import HINTS, hint_text
 from envcore.env.reply import FORMAT_ERROR, parse_action_text
 from envcore.env.reward import RewardBreakdown, RewardInputs, compute_reward
 from envcore.verifier.shadow import is_code
@@ -73,6 +74,7 @@ from envcore.runner.inprocess import AppLoadError, safe_relpath
 from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
 from envcore.scenario.bundle import Bundle
+from envcore.verifier.disclosure import Disclosure
 from envcore.verifier.report import VerificationReport
 from envcore.verifier.verify import GradingData, graded_source, grading_data, verify
 
@@ -116,6 +118,8 @@ class Episode:
         self.ended_at: float | None = None
         self.verify_ms = 0.0
         self._tokens = {u.username: u.token for u in self.bundle.users}
+        self.hints: list[dict[str, Any]] = []
+        """Hints taken (a person playing by hand; :mod:`envcore.env.hints`): each costs reward at submit."""
         # The trusted app the agent's patches are made from, with the data the agent sees: a test run
         # forks its workers from a template of it, the first one built in the background now.
         self.base = graded_source(self.bundle, self.bundle.files, self.bundle)
@@ -127,6 +131,25 @@ class Episode:
         self._data_files = {p: t for p, t in self.original.items() if not is_code(p)}
         """The app's data files as shipped: the sandbox writes them (or the shadow's) next to the
         agent's code whenever the app runs, so the code's paths must leave room for them."""
+
+    @property
+    def tokens(self) -> dict[str, str]:
+        """Each seeded user's token (what a request sent as that user carries)."""
+        return dict(self._tokens)
+
+    # ----- hints ----------------------------------------------------------------------------------
+    def take_hint(self, disclosure: Disclosure) -> dict[str, Any]:
+        """The next hint (:data:`~envcore.env.hints.HINTS`), recorded with the step it was taken at; not
+        a step. Raises :class:`ActionError` once the episode is over or every hint was taken."""
+        if self.done:
+            raise ActionError("the episode is over: hints are for an episode in play")
+        if len(self.hints) >= len(HINTS):
+            raise ActionError(f"all {len(HINTS)} hints have been taken")
+        hint = HINTS[len(self.hints)]
+        entry = {"level": len(self.hints) + 1, "key": hint.key, "title": hint.title, "cost": hint.cost,
+                 "at_step": self.steps}
+        self.hints.append(entry)
+        return {**entry, "text": hint_text(self.bundle, hint.key, disclosure)}
 
     # ----- the observation after reset ---------------------------------------------------------
     def first_observation(self) -> A01Observation:
@@ -406,6 +429,7 @@ class Episode:
             report=report, steps_used=self.steps, max_steps=self.max_steps, invalid_actions=self.invalid_actions,
             diff_lines=changed_lines(diff)[1] if diff else 0, reference_lines=reference,
             budget_exhausted=self.budget_exhausted,
+            hints_taken=len(self.hints), hints_cost=sum(h["cost"] for h in self.hints),
         ))
         self.phase = "submitted"
         self.done = True

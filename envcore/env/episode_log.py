@@ -84,6 +84,8 @@ class EpisodeRecord(BaseModel):
     reward_breakdown: dict[str, Any] | None = None
     timings_ms: dict[str, float] = Field(default_factory=dict)
     """``reset``, ``verify`` (submit's verification), ``total`` (reset to end), ``steps`` (sum)."""
+    hints: list[dict[str, Any]] = Field(default_factory=list)
+    """Hints a person took (``level``, ``key``, ``title``, ``cost``, ``at_step``); empty for agents."""
 
 
 def step_entry(step: int, action: dict[str, Any], observation: dict[str, Any], elapsed_ms: float) -> StepEntry:

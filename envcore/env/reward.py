@@ -64,6 +64,10 @@ class RewardInputs:
     reference_lines: int = 0
     """The same count for the scenario's reference fix (the engine runs server-side; agents never see it)."""
     budget_exhausted: bool = False
+    hints_taken: int = 0
+    """Hints a person took while playing (:mod:`envcore.env.hints`; agents take none)."""
+    hints_cost: float = 0.0
+    """What those hints cost together."""
 
 
 class RewardComponent(BaseModel):
@@ -181,6 +185,9 @@ def compute_reward(x: RewardInputs) -> RewardBreakdown:
     for name, component in COMPONENTS.items():
         value, measured, detail = component(x)
         parts.append(RewardComponent(name=name, value=round(value, 6), measured=round(measured, 6), detail=detail))
+    if x.hints_taken:  # only a person's episode has this term: agents' breakdowns are unchanged
+        parts.append(RewardComponent(name="hints", value=round(-x.hints_cost, 6), measured=float(x.hints_taken),
+                                     detail=f"{x.hints_taken} hint(s) taken, costing {x.hints_cost:.2f}"))
     total = max(-1.0, min(1.0, sum(p.value for p in parts)))
     return RewardBreakdown(
         reward=round(total, 6),

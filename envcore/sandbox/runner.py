@@ -121,6 +121,26 @@ def run_sandboxed(
     )
 
 
+def answer_sandboxed(sandbox: Sandbox, source: AppSource, probe: Probe, tokens: Mapping[str, str], *,
+                     base: AppSource | None = None) -> list[HttpResponse]:
+    """The raw answers to one probe's requests, from a fresh worker of ``source`` (from a template of
+    ``base`` when the patch fits it), with no judging: a replay, not a grading. An app that does not
+    load, or a run past its budget, answers every request with ``status=None`` and the reason."""
+    limits = sandbox.limits
+    run = _Run(sandbox, source, tokens, lambda request: None,
+               deadline=time.monotonic() + limits.verify_timeout_s + limits.probe_allowance_s)
+    sandbox.run_started()
+    try:
+        if base is not None and sandbox.templates.enabled and fits(source, base):
+            run.template = sandbox.templates.acquire(base, again=True)
+        return run.serve(probe)
+    except _Timeout:
+        return [HttpResponse(None, error="not answered in time") for _ in probe.steps]
+    finally:
+        run.close()
+        sandbox.run_ended()
+
+
 def _passed(probe: Probe, answers: list[HttpResponse] | None) -> bool:
     outcomes, _ = assemble_outcomes([probe], list(answers or []))
     return outcomes[0].passed

@@ -53,8 +53,11 @@ from envcore.agents.base import Action, Agent
 from envcore.agents.catalog import LLMOptions, agent_factory
 from envcore.env.actions import A01Observation, A01State
 from envcore.env.environment import A01Environment, ResetError, Runtime
-from envcore.env.episode import DEFAULT_MAX_STEPS
+from envcore.env.coach import Coach
+from envcore.env.episode import DEFAULT_MAX_STEPS, ActionError
+from envcore.env.hints import hint_text, routes
 from envcore.env.episode_log import EpisodeRecord
+from envcore.feedback.categories import categorize, episode_facts
 from envcore.server.capped_log import CappedEpisodeLog
 from envcore.server.guard import ClientPolicy, env_bytes, per_client_cap
 
@@ -66,6 +69,8 @@ HUMAN_STEP_BUDGETS = (10, 200)
 DEFAULT_HUMAN_LOG_MAX_BYTES = 32 * 1024 * 1024
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 DEFAULT_HUMAN_LOG = ARTIFACTS / "human" / "episodes.jsonl"
+DEBRIEF_WAIT_S = 5.0
+"""How long the debrief waits for the coach to finish judging the episode's last requests."""
 SCRIPTED_LIVE_AGENTS = ("heuristic", "random", "deny_all", "noop", "oracle")
 _NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -104,6 +109,8 @@ class _Session:
     visitor: Visitor = Visitor()
     agent: Agent | None = None
     last_observation: A01Observation | None = None
+    coach: Coach | None = None
+    """The checklist of a person's episode (play sessions only)."""
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -258,8 +265,11 @@ class SessionHub:
         if scenario:
             scenario = self._resolve(scenario.strip())
         with session.lock:
-            return session.env.reset(seed=seed, split=split or "any", tier=tier, bug_class=bug_class, domain=domain,
-                                     scenario=scenario, max_steps=max_steps, agent_id=agent_id)
+            observation = session.env.reset(seed=seed, split=split or "any", tier=tier, bug_class=bug_class,
+                                            domain=domain, scenario=scenario, max_steps=max_steps, agent_id=agent_id)
+            episode = session.env.episode
+            session.coach = Coach(episode) if session.kind == "play" and episode is not None else None
+            return observation
 
     def _resolve(self, text: str) -> str:
         cache = self.runtime.cache
@@ -278,7 +288,10 @@ class SessionHub:
         """One tool call, exactly as an agent would send it over ``/ws``."""
         session = self._get(session_id)
         with session.lock:
-            return session.env.step(action)
+            observation = session.env.step(action)
+            if session.coach is not None and isinstance(action, dict):
+                session.coach.observe(action, observation)
+            return observation
 
     def state(self, session_id: str) -> A01State:
         session = self._get(session_id)
@@ -312,6 +325,64 @@ class SessionHub:
                 return None
             return {"verification": session.env.disclosed_report(),
                     "reward_breakdown": episode.breakdown.model_dump(mode="json") if episode.breakdown else None}
+
+    # ----- teaching (play sessions) ------------------------------------------------------------
+    def checklist(self, session_id: str, *, wait_s: float | None = 0.0) -> list[dict[str, Any]]:
+        """The coach's checklist for the session's episode (:mod:`envcore.env.coach`), after waiting up
+        to ``wait_s`` for the requests it is still judging; ``[]`` without one. Waits without holding
+        the session, so the player's next action is not held up."""
+        coach = self._get(session_id).coach
+        return coach.checklist(wait_s) if coach is not None else []
+
+    def take_hint(self, session_id: str) -> dict[str, Any]:
+        """The next hint of the session's episode (it costs reward at submit; :mod:`envcore.env.hints`)."""
+        session = self._get(session_id)
+        with session.lock:
+            episode = session.env.episode
+            if episode is None or session.kind != "play":
+                raise SessionError("no episode is running: start one first")
+            try:
+                return episode.take_hint(session.env.disclosure)  # type: ignore[arg-type]
+            except ActionError as exc:
+                raise SessionError(str(exc)) from None
+
+    def hints(self, session_id: str) -> list[dict[str, Any]]:
+        """The hints taken in the session's episode so far, each with its text."""
+        session = self._get(session_id)
+        with session.lock:
+            episode = session.env.episode
+            if episode is None:
+                return []
+            return [{**h, "text": hint_text(episode.bundle, h["key"], session.env.disclosure)}  # type: ignore[arg-type]
+                    for h in episode.hints]
+
+    def debrief(self, session_id: str) -> dict[str, Any] | None:
+        """Once a play episode is over, what it was about and how it went (``None`` before): the bug
+        class, its CWEs and the scenario's own words; the reference fix; each exploit replayed on the
+        app as shipped and as the player left it (:meth:`~envcore.env.coach.Coach.exploit_replays`),
+        told in full or in words as the scenario's disclosure allows; and, when it was not a full fix,
+        why, as the failure analysis names it (:mod:`envcore.feedback.categories`)."""
+        session = self._get(session_id)
+        with session.lock:
+            env, coach = session.env, session.coach
+            episode = env.episode
+            if episode is None or not episode.done or coach is None:
+                return None
+            bundle = episode.bundle
+            record = env.record(episode.outcome or "submitted")
+            category, detail = categorize(episode_facts(record, bundle))
+            return {
+                "scenario_id": bundle.scenario_id, "title": bundle.title, "bug_class": bundle.bug_class,
+                "cwe": list(bundle.cwe), "task": bundle.task, "tier": bundle.tier, "routes": routes(bundle),
+                "reference_fix": bundle.reference_fix, "disclosure": env.disclosure,
+                "roles": {u.username: u.role for u in bundle.users},
+                "sites": {s.site: f"{s.method} {s.path}" for s in bundle.sites},
+                "replays": coach.exploit_replays(), "resolution": record.reward_breakdown and
+                record.reward_breakdown.get("resolution"), "reward": record.reward,
+                "category": {"name": category.name, "title": category.title, "description": category.description,
+                             "detail": detail, "failure": category.failure},
+                "hints": list(episode.hints), "checklist": coach.checklist(DEBRIEF_WAIT_S),
+            }
 
     def record(self, session_id: str) -> EpisodeRecord | None:
         """The session's episode so far, in the episode-log format (what the rollout viewer shows)."""
