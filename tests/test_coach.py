@@ -229,3 +229,40 @@ def test_a_test_split_debrief_names_users_the_player_knows_never_the_hidden_requ
     assert not any(part in card for part in _hidden_request_parts(bundle)), card
     known = {u.username for u in bundle.users}
     assert any(name in card for name in known)
+
+
+def test_a_flood_of_requests_queues_no_more_than_the_cap_of_replays(hub, play, monkeypatch):
+    """A page firing requests faster than they are judged cannot queue sandbox work in front of
+    everyone else's: past MAX_PENDING the coach skips them (the requests themselves are served)."""
+    import threading
+
+    from envcore.env import coach as coach_module
+
+    coach = hub._get(play).coach
+    gate, replays = threading.Event(), []
+    real = coach_module.Coach._replay
+
+    def slow(self, source, step):
+        replays.append(step)
+        gate.wait(10)
+        return real(self, source, step)
+
+    monkeypatch.setattr(coach_module.Coach, "_replay", slow)
+    for number in range(10):
+        assert ask(hub, play, f"/api/notes/{number}", PROBE_ATTACKER)["status"] is not None
+    assert coach.skipped == 10 - coach_module.MAX_PENDING
+    gate.set()
+    assert coach.settle(10)
+    assert len(replays) <= 2 * coach_module.MAX_PENDING
+
+
+def test_a_closed_session_replays_nothing_more(hub, monkeypatch):
+    from envcore.env import coach as coach_module
+
+    sid = hub.open()
+    hub.reset(sid, scenario=IDOR_READ, agent_id="human:tester")
+    coach = hub._get(sid).coach
+    hub.close(sid)
+    replayed = []
+    monkeypatch.setattr(coach_module.Coach, "_replay", lambda self, source, step: replayed.append(step))
+    assert coach.judge({"method": "GET", "path": NOTE, "as_user": OTHER_USER}) is None and replayed == []

@@ -46,7 +46,12 @@ from envcore.verifier.verify import graded_source
 if TYPE_CHECKING:
     from envcore.env.episode import Episode
 
-_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="coach-replay")
+_JUDGES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="coach-judge")
+_REPLAYS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="coach-replay")
+"""A judgement (on ``_JUDGES``) replays on the fixed app on ``_REPLAYS`` meanwhile; a pool of its own,
+so judgements waiting on their replays can never take every thread the replays need."""
+MAX_PENDING = 3
+"""Requests one coach may have waiting to be judged; more are skipped (not ticked, never queued)."""
 
 CHECKLIST = (
     ("exploit_reproduced", "Reproduce the exploit (a request the app should refuse, before you patch)"),
@@ -109,6 +114,9 @@ class Coach:
         self._facts = _security_facts(episode.bundle.probes)
         self._lock = threading.Lock()
         self._pending: list[Future[None]] = []
+        self.closed = False
+        self.skipped = 0
+        """Requests not judged because :data:`MAX_PENDING` were still being judged."""
 
     # ----- sources ------------------------------------------------------------------------------
     def _fixed(self) -> AppSource | None:
@@ -129,19 +137,23 @@ class Coach:
         except (RunnerInfrastructureError, KeyError, OSError) as exc:
             return HttpResponse(None, error=str(exc))
 
+    def close(self) -> None:
+        """The episode is over or gone: requests still queued are not replayed."""
+        self.closed = True
+
     def judge(self, action: dict[str, Any]) -> Judgement | None:
         """``action`` (an ``http_request``) replayed on both apps; ``None`` if either gave no answer
         (the coach then says nothing about it)."""
         key = json.dumps([action.get("method", "GET"), action.get("path"), action.get("as_user"),
                           action.get("headers") or {}, action.get("json_body")], sort_keys=True, default=str)
-        if key in self._judged:
-            return self._judged[key]
+        if key in self._judged or self.closed:
+            return self._judged.get(key)
         fixed_source = self._fixed()
         step = _step_of(action)
         judgement = None
         if fixed_source is not None and step is not None:
             # both at once: a replay waits mostly on its worker, and the sandbox has slots for two
-            other = _POOL.submit(self._replay, fixed_source, step)
+            other = _REPLAYS.submit(self._replay, fixed_source, step)
             shipped, fixed = self._replay(self.episode.base, step), other.result()
             if shipped.status is not None and fixed.status is not None:
                 judgement = _judgement(shipped, fixed, self._facts)
@@ -159,8 +171,14 @@ class Coach:
             if tool in ("apply_patch", "edit_file"):
                 self.version += 1
             elif tool == "http_request" and (observation.result or {}).get("status") is not None:
-                # judged in the background: the response is shown at once, the checklist a moment later
-                self._pending.append(_POOL.submit(self._observe_request, dict(action), dict(observation.result),
+                # judged in the background: the response is shown at once, the checklist a moment later;
+                # a player firing requests faster than they are judged has the extra ones skipped, so
+                # one page can never queue work in front of everyone else's
+                self._pending = [f for f in self._pending if not f.done()]
+                if self.closed or len(self._pending) >= MAX_PENDING:
+                    self.skipped += 1
+                    return
+                self._pending.append(_JUDGES.submit(self._observe_request, dict(action), dict(observation.result),
                                                   step, self.version, self.patched))
             elif tool == "run_tests":
                 self._observe_tests(observation.result or {}, step)

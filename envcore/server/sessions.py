@@ -203,6 +203,8 @@ class SessionHub:
             session = self._sessions.pop(session_id, None)
         if session is None:
             return False
+        if session.coach is not None:
+            session.coach.close()
         with session.lock:
             session.env.close()
         return True
@@ -268,6 +270,8 @@ class SessionHub:
             observation = session.env.reset(seed=seed, split=split or "any", tier=tier, bug_class=bug_class,
                                             domain=domain, scenario=scenario, max_steps=max_steps, agent_id=agent_id)
             episode = session.env.episode
+            if session.coach is not None:
+                session.coach.close()
             session.coach = Coach(episode) if session.kind == "play" and episode is not None else None
             return observation
 
