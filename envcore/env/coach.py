@@ -263,9 +263,11 @@ class Coach:
         if not probes:
             return []
         final = graded_source(episode.bundle, episode.files, episode.bundle)
+        shipped = _REPLAYS.submit(run_sandboxed, episode.sandbox, episode.base, probes, episode.tokens,
+                                  base=episode.base)  # both at once
         try:
-            before = run_sandboxed(episode.sandbox, episode.base, probes, episode.tokens, base=episode.base)
             after = run_sandboxed(episode.sandbox, final, probes, episode.tokens, base=episode.base)
+            before = shipped.result()
         except RunnerInfrastructureError:
             return []
         outcome_before = {o.probe_id: o for o in before.outcomes}
