@@ -22,6 +22,11 @@ Choices:
   tool's JSONL) is left out; an empty file is kept (the human log exists before its first episode).
   When a folder holds both ``episodes.jsonl`` and ``episodes.jsonl.gz``, the plain one wins: a resumed
   evaluation decompresses the shipped log and appends to it, so the plain copy is the newer one.
+* :func:`default_pair` is what the Watch tab and the dashboard compare first, chosen to show a
+  difference: the best trained agent against its own base model when it beats it (on the scenarios
+  both played), else the heuristic against doing nothing (No-op), else a trained agent against its
+  base even where it does not beat it, else the first two competitors; never the oracle. A trained
+  set's base is the evaluation of the same model with no adapter (:func:`base_of`).
 * :func:`load_records` caches parsed records per (path, mtime_ns, size): a static log is parsed once,
   the growing human log is re-read whenever it changes. The cache is bounded (LRU,
   :data:`CACHE_ENTRIES`) and thread-safe (Gradio serves callbacks from a thread pool). Lines the
@@ -32,12 +37,14 @@ Choices:
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from envcore.agents.evaluate import episode_metrics, latest_per_episode
 from envcore.env.episode_log import EpisodeRecord, LogProblem, find_episode_logs, read_episodes
 
 KINDS = ("trained", "baseline", "human", "validation", "other")
@@ -271,3 +278,107 @@ def load_problems(rollout_set: RolloutSet) -> list[LogProblem]:
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+
+
+# ----- what to compare first -------------------------------------------------------------------------
+def scenario_rewards(rollout_set: RolloutSet) -> dict[str, float]:
+    """By scenario, the reward the set scored, counted as every comparison counts it
+    (:func:`envcore.agents.evaluate.compare`): abandoned episodes and infrastructure errors left out,
+    the last record per (agent, scenario, seed) kept, the first of those per scenario."""
+    rewards: dict[str, float] = {}
+    for record in latest_per_episode(load_records(rollout_set)):
+        metrics = episode_metrics(record)
+        if metrics is not None:
+            rewards.setdefault(record.scenario_id, metrics["reward"])
+    return rewards
+
+
+def _shared_parts(a: str, b: str) -> int:
+    """How many leading path parts two set names share."""
+    shared = 0
+    for x, y in zip(a.split("/"), b.split("/")):
+        if x != y:
+            break
+        shared += 1
+    return shared
+
+
+def base_of(trained: RolloutSet, sets: list[RolloutSet]) -> RolloutSet | None:
+    """The evaluation of ``trained``'s base model among ``sets``: an evaluated set whose
+    ``summary.json`` names the same ``run.model`` with a null ``run.adapter`` (the base model played
+    on its own). The closest one wins: the sibling folder (``training/<run>/eval/base`` beside
+    ``training/<run>/eval/trained``) first, then the one sharing the longest part of the path.
+    ``None`` when the trained set's summary names no model or no such evaluation exists."""
+    model = _summary_run(trained.path.parent).get("model")
+    if not model:
+        return None
+    candidates = []
+    for other in sets:
+        run = _summary_run(other.path.parent)
+        if (other.name != trained.name and other.kind != "validation" and other.evaluated
+                and run.get("model") == model and not run.get("adapter")):
+            candidates.append(other)
+    return max(candidates, key=lambda s: (s.path.parent.parent == trained.path.parent.parent,
+                                          _shared_parts(s.name, trained.name), s.name), default=None)
+
+
+@dataclass(frozen=True)
+class TrainedAgainstBase:
+    trained: RolloutSet
+    base: RolloutSet
+    mean_reward: float
+    """The trained set's mean reward over every scenario it played."""
+    gain: float
+    """Its mean reward minus the base's, on the scenarios both played (``nan``: none in common)."""
+
+
+def trained_against_base(sets: list[RolloutSet]) -> list[TrainedAgainstBase]:
+    """Every evaluated trained set that has a base (:func:`base_of`), best mean reward first."""
+    found = []
+    for trained in (s for s in sets if s.kind == "trained" and s.evaluated):
+        base = base_of(trained, sets)
+        if base is None:
+            continue
+        mine, theirs = scenario_rewards(trained), scenario_rewards(base)
+        common = sorted(mine.keys() & theirs.keys())
+        gain = (statistics.fmean(mine[s] - theirs[s] for s in common) if common else float("nan"))
+        mean = statistics.fmean(mine.values()) if mine else float("-inf")
+        found.append(TrainedAgainstBase(trained, base, mean, gain))
+    return sorted(found, key=lambda t: (-t.mean_reward, t.trained.name))
+
+
+def _scripted_pair(competitors: list[RolloutSet]) -> tuple[str, str] | None:
+    """``(noop, heuristic)`` from the same folder, evaluated ones first, then the latest folder by name."""
+    by_folder: dict[str, dict[str, RolloutSet]] = {}
+    for s in competitors:
+        parent, _, leaf = s.name.rpartition("/")
+        by_folder.setdefault(parent, {})[leaf] = s
+    pairs = [(f["noop"], f["heuristic"]) for f in by_folder.values() if "noop" in f and "heuristic" in f]
+    if not pairs:
+        return None
+    noop, heuristic = max(pairs, key=lambda p: (p[0].evaluated and p[1].evaluated, p[1].name))
+    return noop.name, heuristic.name
+
+
+def default_pair(sets: list[RolloutSet]) -> tuple[str | None, str | None]:
+    """``(base, other)``: the two sets to compare first, the second the one expected to do better.
+
+    1. The trained evaluation with the best mean reward among those that beat their base model on
+       the scenarios both played (:func:`trained_against_base`): ``(base, trained)``.
+    2. Else doing nothing against the heuristic: ``(noop, heuristic)``, when both exist.
+    3. Else the best trained evaluation against its base, though it does not beat it (still the one
+       comparison that says what training did).
+    4. Else the first two competitors; never the oracle (kind ``validation``).
+    """
+    competitors = [s for s in sets if s.kind != "validation"]
+    against = trained_against_base(competitors)
+    winner = next((t for t in against if t.gain > 0), None)  # nan > 0 is False: nothing in common
+    if winner is not None:
+        return winner.base.name, winner.trained.name
+    scripted = _scripted_pair(competitors)
+    if scripted is not None:
+        return scripted
+    if against:
+        return against[0].base.name, against[0].trained.name
+    names = [s.name for s in competitors]
+    return (names[0] if names else None), (names[1] if len(names) > 1 else None)

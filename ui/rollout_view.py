@@ -18,13 +18,21 @@ Choices:
   whoever puts them into Markdown escapes them.
 * Hidden probes are part of the server-side log; :func:`probe_frame` shows them unless asked not to
   (a human who is still playing must not see them).
+* A model's reply that holds no text (a tiny model writes only newlines) is not shown as a blank: the
+  action says that the model produced no readable action, in the environment's own words from the
+  observation (``format error: the reply is empty ...``).
+* A set may hold several episodes of one scenario (a person playing it twice, training rollouts, a
+  resumed evaluation): they are its *attempts*, numbered 1..N in file order (:func:`index_attempts`),
+  every one reachable. The one shown by default is the one the dashboard counts (:func:`shown_records`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -151,9 +159,18 @@ def _title(index: int, total: int, entry: StepEntry) -> str:
     return f"Step {index} of {total} · {tool}"
 
 
-def _action_text(action: dict[str, Any]) -> str:
+EMPTY_REPLY = "(the model produced no readable action: its reply was {what}{said})"
+
+
+def _action_text(action: dict[str, Any], observation: dict[str, Any] | None = None) -> str:
     if action.get("tool") == "reply":
-        return str(action.get("text", ""))
+        text = str(action.get("text", ""))
+        if text.strip():
+            return text
+        what = f"{len(text)} blank characters" if text else "empty"
+        # The environment's verdict, first sentence: "format error: the reply is empty"
+        said = str((observation or {}).get("error") or "").strip().split(". ", 1)[0].rstrip(".")
+        return EMPTY_REPLY.format(what=what, said=f"; {said}" if said else "")
     return json.dumps(action, indent=2, ensure_ascii=False)
 
 
@@ -173,7 +190,8 @@ def step_view(record: EpisodeRecord, index: int) -> StepView:
     changed = (list(result.get("changed_files") or [])
                if _ran_tool(entry) in _PATCH_TOOLS and isinstance(result, dict) else [])
     return StepView(
-        index=index, total=total, title=_title(index, total, entry), action_json=_action_text(entry.action),
+        index=index, total=total, title=_title(index, total, entry),
+        action_json=_action_text(entry.action, entry.observation),
         observation_text=str(entry.observation.get("text") or ""), error=entry.observation.get("error"),
         transcript_markdown=_transcript(record, index), files_changed=changed,
     )
@@ -263,3 +281,94 @@ def scenario_choices(records: Iterable[EpisodeRecord]) -> list[tuple[str, str]]:
             for sid, r in sorted(shown.items())]
 
 
+
+
+# ----- attempts: every episode of a scenario ----------------------------------------------------------
+@dataclass(frozen=True)
+class AttemptIndex:
+    """A set's episodes by scenario, every attempt kept (what the Watch tab keys per file version)."""
+
+    attempts: dict[str, tuple[EpisodeRecord, ...]]
+    """By scenario id, its episodes in file order: attempt ``n`` is ``attempts[sid][n - 1]``."""
+    shown: dict[str, int]
+    """By scenario id, the attempt shown by default (1-based): the one :func:`shown_records` picks."""
+    episodes: dict[str, tuple[str, int]]
+    """By episode id, ``(scenario id, attempt)``; the first wins where a forged log repeats an id."""
+
+    def record(self, scenario: str, attempt: int | None = None) -> EpisodeRecord | None:
+        """Attempt ``attempt`` of ``scenario`` (default: the shown one); ``None`` if there is none."""
+        played = self.attempts.get(scenario)
+        if not played:
+            return None
+        number = self.shown[scenario] if attempt is None else attempt
+        return played[number - 1] if 1 <= number <= len(played) else None
+
+    def shown_records(self) -> dict[str, EpisodeRecord]:
+        return {sid: played[self.shown[sid] - 1] for sid, played in self.attempts.items()}
+
+
+def index_attempts(records: Iterable[EpisodeRecord]) -> AttemptIndex:
+    """Every record of a set, by scenario and attempt (see :class:`AttemptIndex`)."""
+    attempts: dict[str, list[EpisodeRecord]] = {}
+    episodes: dict[str, tuple[str, int]] = {}
+    for record in records:
+        played = attempts.setdefault(record.scenario_id, [])
+        played.append(record)
+        episodes.setdefault(record.episode_id, (record.scenario_id, len(played)))
+    shown = {}
+    for sid, played in attempts.items():
+        counted = [n for n, r in enumerate(played, 1) if r.outcome != "abandoned"]
+        shown[sid] = counted[-1] if counted else len(played)
+    return AttemptIndex({sid: tuple(played) for sid, played in attempts.items()}, shown, episodes)
+
+
+ATTEMPT_AGENT_CHARS = 40
+
+
+def attempt_label(record: EpisodeRecord, number: int, total: int) -> str:
+    """``2 of 3 · human:ada · 2026-11-24 04:23 UTC · FULL +0.99 · submitted`` (plain text, for a dropdown)."""
+    agent = record.agent_id
+    if len(agent) > ATTEMPT_AGENT_CHARS:
+        agent = agent[:ATTEMPT_AGENT_CHARS] + "…"
+    try:
+        when = datetime.fromtimestamp(record.started_at, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):  # a forged time
+        when = "unknown time"
+    return f"{number} of {total} · {agent} · {when} · {_badge(record)} · {record.outcome.replace('_', ' ')}"
+
+
+def attempt_choices(played: tuple[EpisodeRecord, ...] | list[EpisodeRecord], limit: int) -> list[tuple[str, str]]:
+    """(label, ``"n"``) for the attempts of one scenario, newest first, at most ``limit`` of them (the
+    newest); older ones stay reachable by number (a link's ``attempt=``)."""
+    total = len(played)
+    return [(attempt_label(played[n - 1], n, total), str(n)) for n in range(total, max(total - limit, 0), -1)]
+
+
+def _reward(record: EpisodeRecord | None) -> float:
+    return record.reward if record is not None and record.reward is not None else math.nan
+
+
+def difference(left: EpisodeRecord | None, right: EpisodeRecord | None) -> float:
+    """The second record's reward minus the first's (``nan`` when either has none)."""
+    return _reward(right) - _reward(left)
+
+
+def pair_order(left: dict[str, EpisodeRecord], right: dict[str, EpisodeRecord]) -> list[str]:
+    """The scenarios both sets played, where they differ most in reward first (the second set doing
+    better first on a tie, then shorter episodes, then by id): the first one tells the story."""
+    def key(sid: str) -> tuple[float, float, int, str]:
+        d = difference(left[sid], right[sid])
+        d = 0.0 if math.isnan(d) else d
+        return (-abs(d), -d, step_count(left[sid]) + step_count(right[sid]), sid)
+
+    return sorted(left.keys() & right.keys(), key=key)
+
+
+def pair_choices(left: dict[str, EpisodeRecord], right: dict[str, EpisodeRecord]) -> list[tuple[str, str]]:
+    """(label, scenario_id) for the scenarios both sets played, in :func:`pair_order`, labelled like
+    ``0082e596 · tier 3 · broken_authz_logic · NO -0.10 vs FULL +0.99``."""
+    def label(sid: str) -> str:
+        first, second = left[sid], right[sid]
+        return f"{sid[:8]} · tier {first.tier} · {first.bug_class} · {_badge(first)} vs {_badge(second)}"
+
+    return [(label(sid), sid) for sid in pair_order(left, right)]

@@ -1,22 +1,52 @@
-"""The Watch tab: scrub through recorded rollouts, two sets side by side, or an agent playing live.
+"""The Watch tab: recorded rollouts scrubbed step by step, two sets side by side, or an agent playing live.
 
 Any episode log under ``artifacts/`` is a rollout set (:mod:`ui.artifact_sets`): the shipped
-baseline runs, trained adapters' evaluations, human play. Pick one set (and optionally a second: the
-scenario list then holds the scenarios both played, so a baseline and a trained agent are compared
-on the same scenario), pick a scenario, and step forward and back; each side shows the action, the
-observation, the HTTP transcript so far, and the episode's outcome, reward breakdown and final diff.
+baseline runs, trained adapters' evaluations, human play. Each set is named in words, and a set whose
+numbers say little about skill (a model too small to play) carries its caveat above its side.
 
-"Run an agent live" attaches an agent to a server-side session of the facade and plays one action
-per click (or to the end), shown with the same view; the scripted baselines are always offered, a
-local model, trained adapter or endpoint when one is configured
-(:meth:`~envcore.server.sessions.SessionHub.live_agents`).
+Choices:
+
+* **The first view shows a difference.** The tab opens on :func:`ui.artifact_sets.default_pair` (the
+  best trained agent against its base model when it beats it, else doing nothing against the
+  heuristic) and on the scenario where the two differ most in reward; the scenario list of two sets
+  holds the scenarios both played, biggest difference first (:func:`ui.rollout_view.pair_choices`).
+  Two sets that share no scenario list the first set's scenarios.
+* **Every attempt is reachable.** A set may hold several episodes of one scenario; each side has an
+  *Attempt* list (``2 of 3 · agent · when · outcome``), the attempt the dashboard counts chosen by
+  default. Attempts are indexed once per file version of a log (:func:`ui.rollout_view.index_attempts`),
+  so stepping never re-reads a log.
+* **A link opens one episode at one step.** The tab shows the link of what is on screen:
+  ``?set=<set>&scenario=<id>&attempt=<n>&step=<k>`` with ``&vs=<set>&vs_attempt=<n>`` when a second
+  set is shown beside it. Set names and scenario ids are stable, and an attempt number stays the same
+  while a log grows (records are only appended), so the link keeps pointing at the same episode.
+  ``?episode=<episode id>`` (every record has one) also works, found in whichever set holds it; it
+  survives a log being rewritten in another order. Opening the page with such a link selects the
+  Watch tab there (:func:`wire_page_load`); whatever in it is unknown or malformed is named in a
+  message beside the set pickers and the rest of the link still applies. Nothing a link says is
+  shown unescaped or kept: only names that exist on disk key a cache.
+* **Live agents stream.** "Run an agent live" attaches an agent to a server-side session of the facade
+  (:meth:`~envcore.server.sessions.SessionHub.live_agents`: the scripted baselines always, a local
+  model, trained adapter or endpoint when configured). *Next action* plays one step; *Run to the end*
+  is a generator (:meth:`WatchController.live_run`): the view is sent after every step with a status
+  line (``step 3 of at most 40, running…``), and *Stop* cancels it and leaves the episode where it
+  stopped, so Next action or Run to the end go on from there. A scripted agent plays in
+  milliseconds, too fast to follow, so steps are paced at least ``A01_UI_LIVE_PACE_S`` seconds apart
+  (default 0.5; 0 for none). A step that fails (the agent raised, the session ended) is a message in
+  the live message slot, never an error overlay. A run holds one worker of the page's queue and no
+  lock of the page: the other controls and tabs stay usable while it plays.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
 import threading
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import gradio as gr
 
@@ -24,23 +54,88 @@ from envcore.env.environment import ResetError
 from envcore.env.episode_log import EpisodeRecord
 from envcore.server.sessions import SessionError, SessionHub, Visitor
 from ui import artifact_sets, diff_view, rollout_view, safe
-from ui.wiring import UserError, wire
+from ui.wiring import NOTICE, QUICK, REFUSED, UserError, bind, wire, wire_stream
+
+log = logging.getLogger(__name__)
 
 NONE = ""
 SIDES = ("left", "right", "live")
 SIDE_FIELDS = ("title", "action", "observation", "transcript", "outcome", "breakdown", "diff")
 """The components of one side of the viewer (``left_title`` ...), all redrawn when its step changes."""
 EMPTY_SIDE = "Pick a rollout set and a scenario."
+SCENARIO_LABELS = {True: "Scenario (both sets' results; biggest difference first)",
+                   False: "Scenario (outcome and reward of the first set)"}
+ORDINALS = {"left": "First set", "right": "Second set"}
+CAVEATS = {artifact_sets.PIPELINE_CHECK: (
+    "**Pipeline check, not a skilled agent.** This model is far too small to play the game (under "
+    f"{artifact_sets.PIPELINE_CHECK_PARAMETERS // 1_000_000} million parameters): its episodes show that "
+    "the pipeline runs end to end, not what training can teach.")}
+"""What a set's caveat means, shown above its side (a caveat not listed here is shown as it is)."""
+ATTEMPT_CHOICES = 200
+"""At most this many attempts (the newest) are listed per scenario; older ones open by link."""
+LINK_KEYS = ("set", "scenario", "attempt", "step", "vs", "vs_attempt", "episode")
+"""The query parameters of a link to one episode (see the module docstring)."""
+LINK_CHARS = 200
+"""A link's parameter is cut to this many characters before it is looked up or quoted in a message."""
+DEFAULT_PACE_S = 0.5
+
+
+def pace_from_env() -> float:
+    """``A01_UI_LIVE_PACE_S``: the least number of seconds between two steps of a live run."""
+    value = os.environ.get("A01_UI_LIVE_PACE_S", "").strip()
+    if not value:
+        return DEFAULT_PACE_S
+    try:
+        pace = float(value)
+    except ValueError:
+        pace = -1.0
+    if not 0 <= pace <= 60 or math.isnan(pace):
+        raise ValueError(f"A01_UI_LIVE_PACE_S must be a number of seconds from 0 to 60, not {value!r}")
+    return pace
+
+
+def _attempt_number(value: Any) -> int | None:
+    """An attempt as a dropdown or a link sends it ("3"); ``None`` for nothing or anything else."""
+    text = str(value).strip() if value is not None else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None  # "²".isdigit()
+
+
+def link_query(left: str | None, right: str | None, scenario: str | None, left_attempt: int | None,
+               right_attempt: int | None, step: int) -> str:
+    """The query string of a link to what is on screen (``?set=...&scenario=...``), or ``""``."""
+    if not left or not scenario:
+        return ""
+    params: dict[str, Any] = {"set": left, "scenario": scenario}
+    if left_attempt:
+        params["attempt"] = left_attempt
+    params["step"] = step
+    if right:
+        params["vs"] = right
+        if right_attempt:
+            params["vs_attempt"] = right_attempt
+    return "?" + urlencode(params, safe="/")
+
+
+def link_markdown(query: str) -> str:
+    """The link shown under the step controls. ``urlencode`` leaves only letters, digits, ``_.-~/``
+    and its own ``%``, ``=`` and ``&`` in the query, so nothing a set or scenario name holds can close
+    the link or make markup."""
+    if not query:
+        return ""
+    return f"[Link to this episode at this step]({query}) (copy it to share: it opens the page here)"
 
 
 class WatchController:
     """The Watch tab's actions; each returns a dict of named outputs (see :func:`build`)."""
 
-    def __init__(self, hub: SessionHub, artifacts: Path) -> None:
+    def __init__(self, hub: SessionHub, artifacts: Path, *, pace_s: float = 0.0) -> None:
         self.hub = hub
         self.artifacts = artifacts
-        self._by_scenario: dict[tuple[str, Any], dict[str, EpisodeRecord]] = {}
+        self.pace_s = pace_s
+        self._by_scenario: dict[tuple[str, Any], rollout_view.AttemptIndex] = {}
         self._lock = threading.Lock()
+        self._stops: dict[str, threading.Event] = {}
+        """A live run's stop flag by session id, while it runs (:meth:`live_run`, :meth:`live_stop`)."""
 
     # ----- rollout sets ------------------------------------------------------------------------
     def rollout_sets(self) -> dict[str, artifact_sets.RolloutSet]:
@@ -49,70 +144,232 @@ class WatchController:
     def set_choices(self) -> list[tuple[str, str]]:
         return [(s.label, s.name) for s in self.rollout_sets().values()]
 
-    def records(self, name: str | None) -> dict[str, EpisodeRecord]:
-        """The record shown for each scenario of the set (:func:`~ui.rollout_view.shown_records`)."""
+    def attempts(self, name: str | None, sets: Mapping[str, artifact_sets.RolloutSet] | None = None
+                 ) -> rollout_view.AttemptIndex:
+        """Every episode of the set ``name`` by scenario and attempt, indexed once per file version."""
         if not name:
-            return {}
-        rollout_set = self.rollout_sets().get(name)
+            return rollout_view.index_attempts([])
+        rollout_set = (self.rollout_sets() if sets is None else sets).get(name)
         if rollout_set is None:
-            raise UserError(f"no rollout set {name!r} under {self.artifacts}")
+            raise UserError(f"no rollout set {name[:LINK_CHARS]!r} under {self.artifacts}")
         key = (name, artifact_sets.file_version(rollout_set))
         with self._lock:
-            table = self._by_scenario.get(key)
-            if table is None:
-                table = rollout_view.shown_records(artifact_sets.load_records(rollout_set))
+            index = self._by_scenario.get(key)
+        if index is None:
+            index = rollout_view.index_attempts(artifact_sets.load_records(rollout_set))
+            with self._lock:
                 self._by_scenario = {k: v for k, v in self._by_scenario.items() if k[0] != name}
-                self._by_scenario[key] = table
-        return table
+                self._by_scenario[key] = index
+        return index
+
+    def records(self, name: str | None) -> dict[str, EpisodeRecord]:
+        """The record shown by default for each scenario of the set (:func:`~ui.rollout_view.shown_records`)."""
+        return self.attempts(name).shown_records()
+
+    def find_episode(self, episode_id: str) -> tuple[str, str, int] | None:
+        """``(set, scenario, attempt)`` of the episode with this id, in the first set holding it."""
+        sets = self.rollout_sets()
+        for name in sets:
+            found = self.attempts(name, sets).episodes.get(episode_id)
+            if found is not None:
+                return name, found[0], found[1]
+        return None
+
+    # ----- what is on screen -------------------------------------------------------------------
+    def _scenarios(self, left: rollout_view.AttemptIndex, right: rollout_view.AttemptIndex | None
+                   ) -> list[tuple[str, str]]:
+        """The scenario list: both sets' scenarios, biggest difference first; else the first set's."""
+        left_shown = left.shown_records()
+        if right is not None:
+            right_shown = right.shown_records()
+            if left_shown.keys() & right_shown.keys():
+                return rollout_view.pair_choices(left_shown, right_shown)
+        return rollout_view.scenario_choices(left_shown.values())
+
+    def _about(self, side: str, rollout_set: artifact_sets.RolloutSet | None) -> str:
+        if rollout_set is None:
+            return f"#### {ORDINALS[side]}"
+        words = rollout_set.label.removesuffix(f" · {rollout_set.caveat}") if rollout_set.caveat else rollout_set.label
+        text = f"#### {ORDINALS[side]}: {safe.markdown(words)}"
+        if rollout_set.caveat:
+            text += f"\n\n> ⚠️ {CAVEATS.get(rollout_set.caveat) or safe.markdown(rollout_set.caveat)}"
+        return text
+
+    def _attempt_update(self, index: rollout_view.AttemptIndex, scenario: str | None, attempt: int | None) -> Any:
+        played = index.attempts.get(scenario or "", ())
+        if not played:
+            return gr.update(choices=[], value=None, interactive=False)
+        chosen = attempt if attempt is not None and 1 <= attempt <= len(played) else index.shown[scenario or ""]
+        choices = rollout_view.attempt_choices(played, ATTEMPT_CHOICES)
+        if str(chosen) not in {value for _, value in choices}:  # an old attempt opened by link
+            choices.append((rollout_view.attempt_label(played[chosen - 1], chosen, len(played)), str(chosen)))
+        return gr.update(choices=choices, value=str(chosen), interactive=len(played) > 1)
+
+    def _select(self, left: str | None, right: str | None, scenario: str | None = None, *,
+                left_attempt: int | None = None, right_attempt: int | None = None, index: int = 0,
+                sets_changed: bool = False) -> dict[str, Any]:
+        """Everything a choice of sets shows: the scenario list (``scenario`` kept if the sets have it,
+        else the most telling one), both sides' headings and attempts, and the view at ``index``."""
+        sets = self.rollout_sets()
+        right = NONE if not right or right == left else right  # one set twice shows nothing more
+        left_index = self.attempts(left, sets)
+        right_index = self.attempts(right, sets) if right else None
+        choices = self._scenarios(left_index, right_index)
+        ids = [sid for _, sid in choices]
+        if scenario not in ids:
+            scenario = ids[0] if ids else None
+        paired = right_index is not None and bool(left_index.attempts.keys() & right_index.attempts.keys())
+        out: dict[str, Any] = {
+            "right_set": gr.update(value=right),
+            "right_column": gr.update(visible=bool(right)),
+            "scenario": gr.update(choices=choices, value=scenario, label=SCENARIO_LABELS[paired]),
+            "left_about": self._about("left", sets.get(left or "")),
+            "right_about": self._about("right", sets.get(right) if right else None),
+            "left_attempt": self._attempt_update(left_index, scenario, left_attempt),
+            "right_attempt": (self._attempt_update(right_index, scenario, right_attempt) if right_index
+                              else gr.update(choices=[], value=None, interactive=False)),
+        }
+        if sets_changed:
+            choices_all = [(s.label, s.name) for s in sets.values()]
+            out["left_set"] = gr.update(choices=choices_all, value=left)
+            out["right_set"] = gr.update(choices=[("(none)", NONE), *choices_all], value=right)
+        out.update(self.show(left, right, scenario, index, left_attempt, right_attempt))
+        return out
 
     # ----- actions -----------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
-        choices = self.set_choices()
-        first = choices[0][1] if choices else None
-        return {"left_set": gr.update(choices=choices, value=first),
-                "right_set": gr.update(choices=[("(none)", NONE), *choices], value=NONE),
-                **self.pick_sets(first, NONE)}
+        """The sets as they are on disk, and the pair that shows a difference (:func:`default_pair`)."""
+        left, right = artifact_sets.default_pair(list(self.rollout_sets().values()))
+        return self._select(left, right or NONE, sets_changed=True)
 
     def pick_sets(self, left: str | None, right: str | None) -> dict[str, Any]:
-        left_records = self.records(left)
-        right_records = self.records(right)
-        shown = [r for sid, r in left_records.items() if not right_records or sid in right_records]
-        choices = rollout_view.scenario_choices(shown)
-        value = choices[0][1] if choices else None
-        return {"scenario": gr.update(choices=choices, value=value), **self.show(left, right, value, 0)}
+        return self._select(left, right)
 
     def open_episode(self, name: str, scenario: str) -> dict[str, Any]:
         """Show ``scenario`` of the set ``name`` alone, from its start (a link from the dashboard)."""
-        choices = rollout_view.scenario_choices(list(self.records(name).values()))
-        return {"left_set": gr.update(value=name), "right_set": gr.update(value=NONE),
-                "scenario": gr.update(choices=choices, value=scenario), **self.show(name, NONE, scenario, 0)}
+        out = self._select(name, NONE, scenario)
+        return {"left_set": gr.update(value=name), **out}
 
-    def show(self, left: str | None, right: str | None, scenario: str | None, index: float | None) -> dict[str, Any]:
-        index = int(index or 0)
+    def show(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
+             left_attempt: Any = None, right_attempt: Any = None) -> dict[str, Any]:
+        """Both sides at step ``index`` (clamped to the longer episode) of the chosen attempts."""
+        try:
+            index = max(int(index or 0), 0)
+        except (TypeError, ValueError, OverflowError):  # a request may send any number, inf and nan too
+            index = 0
+        sets = self.rollout_sets()
         out: dict[str, Any] = {}
         total = 0
-        for side, name in (("left", left), ("right", right)):
-            record = self.records(name).get(scenario or "") if name else None
+        attempts: dict[str, int | None] = {}
+        for side, name, attempt in (("left", left, left_attempt), ("right", right, right_attempt)):
+            record, attempts[side] = None, None
+            if name:
+                played = self.attempts(name, sets)
+                number = _attempt_number(attempt)
+                if number is None or not 1 <= number <= len(played.attempts.get(scenario or "", ())):
+                    number = played.shown.get(scenario or "")
+                record = played.record(scenario or "", number)
+                attempts[side] = number if record is not None else None
             out.update(side_outputs(side, record, index, name))
             if record is not None:
                 total = max(total, rollout_view.step_count(record))
-        out["index"] = gr.update(maximum=max(total, 1), value=min(index, total))
+        index = min(index, total)
+        out["index"] = gr.update(maximum=max(total, 1), value=index)
+        shown_right = right if attempts["right"] else None
+        out["link"] = link_markdown(link_query(left, shown_right, scenario if attempts["left"] else None,
+                                               attempts["left"], attempts["right"], index))
         return out
 
     def show_start(self, left: str | None, right: str | None, scenario: str | None) -> dict[str, Any]:
-        """``scenario`` from its first step (a scenario was picked)."""
-        return self.show(left, right, scenario, 0)
+        """``scenario`` from its first step, each side on its default attempt (a scenario was picked)."""
+        sets = self.rollout_sets()
+        left_index = self.attempts(left, sets)
+        right_index = self.attempts(right, sets) if right else None
+        return {"left_attempt": self._attempt_update(left_index, scenario, None),
+                "right_attempt": (self._attempt_update(right_index, scenario, None) if right_index
+                                  else gr.update(choices=[], value=None, interactive=False)),
+                **self.show(left, right, scenario, 0)}
+
+    def show_attempt(self, left: str | None, right: str | None, scenario: str | None, left_attempt: Any,
+                     right_attempt: Any) -> dict[str, Any]:
+        """The chosen attempts from their first step (an attempt was picked)."""
+        return self.show(left, right, scenario, 0, left_attempt, right_attempt)
 
     def move(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
-             delta: int) -> dict[str, Any]:
-        return self.show(left, right, scenario, max(int(index or 0) + delta, 0))  # show clamps to the end
+             delta: int, left_attempt: Any = None, right_attempt: Any = None) -> dict[str, Any]:
+        try:
+            index = max(int(index or 0) + delta, 0)
+        except (TypeError, ValueError, OverflowError):
+            index = 0
+        return self.show(left, right, scenario, index, left_attempt, right_attempt)  # show clamps to the end
 
-    def step_back(self, left: str | None, right: str | None, scenario: str | None, index: float | None) -> dict[str, Any]:
-        return self.move(left, right, scenario, index, -1)
+    def step_back(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
+                  left_attempt: Any = None, right_attempt: Any = None) -> dict[str, Any]:
+        return self.move(left, right, scenario, index, -1, left_attempt, right_attempt)
 
-    def step_forward(self, left: str | None, right: str | None, scenario: str | None,
-                     index: float | None) -> dict[str, Any]:
-        return self.move(left, right, scenario, index, +1)
+    def step_forward(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
+                     left_attempt: Any = None, right_attempt: Any = None) -> dict[str, Any]:
+        return self.move(left, right, scenario, index, +1, left_attempt, right_attempt)
+
+    # ----- a link to one episode ---------------------------------------------------------------
+    def open_link(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The page opened with ``params`` (its query string): with none of :data:`LINK_KEYS`, the
+        default view; else the Watch tab on the episode and step they name, and a message naming
+        whatever in them was not found (the rest still applies)."""
+        given = {k: str(params[k])[:LINK_CHARS] for k in LINK_KEYS if params.get(k) not in (None, "")}
+        if not given:
+            return self.refresh()
+        problems: list[str] = []
+        sets = self.rollout_sets()
+        left, scenario, attempt = given.get("set"), given.get("scenario"), given.get("attempt")
+        if "episode" in given:
+            found = self.find_episode(given["episode"])
+            if found is None:
+                problems.append(f"no episode {given['episode']!r} in any rollout set")
+            else:
+                left, scenario, number = found
+                attempt = str(number)
+        if left is not None and left not in sets:
+            problems.append(f"no rollout set {left!r}")
+            left = None
+        if left is None:
+            out = self.refresh()
+            problems.append("showing the default pair instead" if problems else
+                            "it names no rollout set (set=...): showing the default pair")
+            return {**out, "tabs": gr.Tabs(selected="watch"), REFUSED: "This link: " + "; ".join(problems) + "."}
+        right = given.get("vs")
+        if right is not None and right not in sets:
+            problems.append(f"no rollout set {right!r} to show beside it")
+            right = None
+        played = self.attempts(left, sets)
+        if scenario is not None and scenario not in played.attempts:
+            problems.append(f"{sets[left].label!r} has no episode of scenario {scenario!r}")
+            scenario, attempt = None, None
+        left_attempt = _attempt_number(attempt)
+        count = len(played.attempts.get(scenario or "", ()))
+        if attempt is not None and scenario is not None and (left_attempt is None or not 1 <= left_attempt <= count):
+            problems.append(f"no attempt {attempt!r} of that scenario (it has {count})")
+            left_attempt = None
+        right_attempt = _attempt_number(given.get("vs_attempt"))
+        if right and "vs_attempt" in given and scenario is not None:
+            other = len(self.attempts(right, sets).attempts.get(scenario, ()))
+            if right_attempt is None or not 1 <= right_attempt <= other:
+                problems.append(f"no attempt {given['vs_attempt']!r} of it beside (it has {other})")
+                right_attempt = None
+        step = given.get("step", "0")
+        index = _attempt_number(step)  # the same rule: a small whole number
+        if index is None:
+            problems.append(f"the step {step!r} is not a number: showing the start")
+            index = 0
+        out = self._select(left, right or NONE, scenario, left_attempt=left_attempt, right_attempt=right_attempt,
+                           index=index, sets_changed=True)
+        shown = out["index"]["value"]
+        if index > shown:
+            problems.append(f"the episode has {shown} steps: showing the last")
+        out["tabs"] = gr.Tabs(selected="watch")
+        if problems:
+            out[REFUSED] = "This link: " + "; ".join(problems) + "."
+        return out
 
     # ----- live --------------------------------------------------------------------------------
     def live_choices(self) -> list[tuple[str, str]]:
@@ -124,6 +381,7 @@ class WatchController:
             raise UserError("Pick an agent to run.")
         if not scenario:
             raise UserError("Pick a scenario above first: the agent plays the scenario shown.")
+        self._request_stop(sid)  # a run still playing the session's last episode stops first
         opened = None
         try:
             if not self.hub.is_open(sid):
@@ -134,35 +392,118 @@ class WatchController:
             if opened:  # a session opened for an agent that could not start must not keep its slot
                 self.hub.close(opened)
             raise UserError(str(exc)) from None
-        return {"live_sid": sid, **self._live_view(sid)}
+        ready = "Ready: press Next action for one step, or Run to the end."
+        return {"live_sid": sid, **self._live_view(sid, ready)}
 
     def _live_session(self, sid: str | None) -> str:
         if not sid or not self.hub.is_open(sid):
             raise UserError("No agent is playing here yet (or its session expired): pick an agent and press Start.")
         return str(sid)
 
+    def _agent_step(self, sid: str) -> bool:
+        """Play one action of the session's agent; whether the episode is over. A failure, the agent's
+        or the session's, is a :class:`UserError` saying so (the episode stays where it was)."""
+        try:
+            _, observation = self.hub.agent_step(sid)
+        except SessionError as exc:
+            raise UserError(str(exc)) from None
+        except Exception as exc:  # the agent's own code (a model, an endpoint) failed: a message, not a crash
+            log.exception("live agent step failed in session %s", sid[:8])
+            raise UserError(f"The agent failed on this step ({type(exc).__name__}: {str(exc)[:300]}); "
+                            "the episode stays where it was.") from None
+        return bool(observation.done)
+
     def live_step(self, sid: str | None) -> dict[str, Any]:
         sid = self._live_session(sid)
-        try:
-            self.hub.agent_step(str(sid))
-        except SessionError as exc:
-            raise UserError(str(exc)) from None
-        return self._live_view(str(sid))
+        self._agent_step(sid)
+        return self._live_view(sid)
 
-    def live_run(self, sid: str | None) -> dict[str, Any]:
+    def live_run(self, sid: str | None) -> Iterator[dict[str, Any]]:
+        """Play the live agent to the end of its episode, one view per step (a generator Gradio streams).
+        Checked at once: a :class:`UserError` before anything plays when there is no agent or its
+        episode is over. A step that fails ends the run with the view so far and the failure as a
+        refusal; :meth:`live_stop` (or a new Start) ends it between two steps with a "stopped" view."""
         sid = self._live_session(sid)
         try:
-            while True:
-                _, observation = self.hub.agent_step(str(sid))
-                if observation.done:
-                    break
+            record = self.hub.record(sid)
         except SessionError as exc:
             raise UserError(str(exc)) from None
-        return self._live_view(str(sid))
+        if record is None:
+            raise UserError("No agent is playing here yet: pick an agent and press Start.")
+        if record.outcome != "abandoned":  # a record of an episode still running says "abandoned"
+            raise UserError("This episode is over: press Start for a new one.")
+        stop = threading.Event()
+        with self._lock:
+            previous = self._stops.get(sid)
+            self._stops[sid] = stop
+        if previous is not None:
+            previous.set()  # one run per session: the older one stops between its steps
+        return self._run(sid, stop)
 
-    def _live_view(self, sid: str) -> dict[str, Any]:
-        record = self.hub.record(sid)
-        return side_outputs("live", record, rollout_view.step_count(record) if record else 0, "live")
+    def _run(self, sid: str, stop: threading.Event) -> Iterator[dict[str, Any]]:
+        try:
+            while not stop.is_set():
+                began = time.monotonic()
+                try:
+                    done = self._agent_step(sid)
+                except UserError as exc:
+                    yield {**self._live_view(sid, "Stopped: the step failed (see the message)."), REFUSED: str(exc)}
+                    return
+                if done:
+                    yield self._live_view(sid)
+                    return
+                yield self._live_view(sid, running=True)
+                stop.wait(max(self.pace_s - (time.monotonic() - began), 0.0))
+            yield self._live_view(sid)
+        finally:
+            with self._lock:
+                if self._stops.get(sid) is stop:
+                    del self._stops[sid]
+
+    def _request_stop(self, sid: str | None) -> bool:
+        with self._lock:
+            stop = self._stops.get(sid or "")
+        if stop is not None:
+            stop.set()
+        return stop is not None
+
+    def live_stop(self, sid: str | None) -> dict[str, Any]:
+        """Stop a run to the end between two steps (the page also cancels its stream) and show where
+        the episode stands; it can go on with Next action or Run to the end."""
+        sid = self._live_session(sid)
+        running = self._request_stop(sid)
+        # The record is read under the session's lock, so a step in flight is finished and shown.
+        view = self._live_view(sid)
+        if not running:
+            view[NOTICE] = "Nothing was running."
+        return view
+
+    def _live_view(self, sid: str, status: str | None = None, *, running: bool = False) -> dict[str, Any]:
+        try:
+            record = self.hub.record(sid)
+        except SessionError as exc:
+            raise UserError(str(exc)) from None
+        out = side_outputs("live", record, rollout_view.step_count(record) if record else 0, "live")
+        if record is not None and record.outcome == "abandoned":  # what a record of a running episode says
+            out["live_outcome"] = (f"_Still playing: {rollout_view.step_count(record)} of at most {record.max_steps} "
+                                   "steps; how it went is told when the episode ends._")
+        out["live_status"] = status or live_status(record, running=running)
+        return out
+
+
+def live_status(record: EpisodeRecord | None, *, running: bool) -> str:
+    """The line above a live episode: where it stands, whether it is running, how it ended."""
+    if record is None:
+        return ""
+    steps = rollout_view.step_count(record)
+    if running:
+        return f"**Running:** step {steps} of at most {record.max_steps}… (Stop pauses it)"
+    if record.outcome == "abandoned":  # still playing
+        return (f"**Paused** at step {steps} of at most {record.max_steps}: Next action plays one more, Run to "
+                "the end goes on from here.")
+    reward = f"{record.reward:+.3f}" if record.reward is not None else "none"
+    return (f"**Over** after {steps} steps ({safe.markdown(record.outcome.replace('_', ' '))}): reward {reward}. "
+            "The outcome, reward breakdown and diff are below.")
 
 
 def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str | None) -> dict[str, Any]:
@@ -174,6 +515,8 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
                 f"{side}_breakdown": rollout_view.breakdown_frame(None), f"{side}_diff": diff_view.diff_html("", empty="")}
     view = rollout_view.step_view(record, index)
     title = f"**{safe.markdown(record.agent_id)}** · {safe.markdown(view.title)}"
+    if index > view.total > 0:  # the other side plays on
+        title += " · _its episode ended here_"
     if view.error:
         title += f"\n\n⚠️ refused: {safe.markdown(view.error)}"
     return {
@@ -188,7 +531,12 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
 
 
 def _side(c: dict[str, Any], side: str, heading: str) -> None:
-    gr.Markdown(f"#### {heading}")
+    if side == "live":
+        gr.Markdown(f"#### {heading}")
+    else:
+        c[f"{side}_about"] = safe.markdown_component(f"#### {heading}", elem_id=f"watch-{side}-about")
+        c[f"{side}_attempt"] = gr.Dropdown([], label="Attempt (every episode of this scenario in the set)",
+                                           interactive=False, elem_id=f"watch-{side}-attempt")
     c[f"{side}_title"] = safe.markdown_component(EMPTY_SIDE, elem_id=f"watch-{side}-title")
     c[f"{side}_action"] = gr.Code("", language="json", label="Action", lines=4, elem_id=f"watch-{side}-action")
     c[f"{side}_observation"] = gr.Code("", language=None, label="Observation", lines=10, max_lines=24,
@@ -202,48 +550,85 @@ def _side(c: dict[str, Any], side: str, heading: str) -> None:
         c[f"{side}_diff"] = gr.HTML(diff_view.diff_html("", empty=""), elem_id=f"watch-{side}-diff")
 
 
-def build(hub: SessionHub, artifacts: Path, *, ttl_s: float) -> dict[str, Any]:
-    """Lay out the Watch tab (inside an open ``gr.Tab``); returns its components by name."""
-    ctrl = WatchController(hub, artifacts)
+VIEW = [f"{side}_{field}" for side in ("left", "right") for field in SIDE_FIELDS] + ["index", "link"]
+"""What a step changes: both sides, the step slider and the link."""
+PICKED = ["left_attempt", "right_attempt", *VIEW]
+"""What a scenario changes: also each side's attempts."""
+SELECTED = ["right_set", "right_column", "scenario", "left_about", "right_about", *PICKED]
+"""What a choice of sets changes: also the scenario list and the sides' headings."""
+EVERYTHING = ["left_set", *SELECTED]
+LIVE = ["live_status", *(f"live_{field}" for field in SIDE_FIELDS)]
+
+
+def build(hub: SessionHub, artifacts: Path, *, ttl_s: float, pace_s: float | None = None) -> dict[str, Any]:
+    """Lay out the Watch tab (inside an open ``gr.Tab``); returns its components by name and its
+    ``controller``. ``pace_s``: the least seconds between live steps (default ``A01_UI_LIVE_PACE_S``)."""
+    ctrl = WatchController(hub, artifacts, pace_s=pace_from_env() if pace_s is None else pace_s)
     c: dict[str, Any] = {}
     with gr.Row():
-        c["left_set"] = gr.Dropdown([], label="Rollout set", elem_id="watch-left-set")
-        c["right_set"] = gr.Dropdown([], label="Side by side with (optional)", elem_id="watch-right-set")
+        # min_width: on a phone each picker takes a line of its own, its set's name readable
+        c["left_set"] = gr.Dropdown([], label="Rollout set", elem_id="watch-left-set", min_width=300)
+        c["right_set"] = gr.Dropdown([], label="Side by side with (optional)", elem_id="watch-right-set",
+                                     min_width=300)
         c["reload"] = gr.Button("Reload sets", scale=0)
-    c["scenario"] = gr.Dropdown([], label="Scenario (outcome and reward of the first set)", elem_id="watch-scenario")
+    c["msg"] = safe.markdown_component("", elem_id="watch-msg", elem_classes=["a01-msg"])
+    c["scenario"] = gr.Dropdown([], label=SCENARIO_LABELS[True], elem_id="watch-scenario")
     with gr.Row():
         c["back"] = gr.Button("◀ Step back", elem_id="watch-back")
         c["index"] = gr.Slider(0, 1, value=0, step=1, label="Step (0 is the start)", elem_id="watch-index")
         c["forward"] = gr.Button("Step forward ▶", elem_id="watch-forward")
+    c["link"] = safe.markdown_component("", elem_id="watch-link")
     with gr.Row():
         with gr.Column():
-            _side(c, "left", "First set")
-        with gr.Column():
-            _side(c, "right", "Second set")
-    with gr.Accordion("Run an agent live on this scenario", open=False):
+            _side(c, "left", ORDINALS["left"])
+        with gr.Column() as c["right_column"]:  # hidden while no second set is chosen
+            _side(c, "right", ORDINALS["right"])
+    with gr.Accordion("Run an agent live on this scenario", open=False, elem_id="watch-live"):
         c["live_sid"] = gr.State(None, time_to_live=ttl_s, delete_callback=hub.close)
         with gr.Row():
             c["live_agent"] = gr.Dropdown(ctrl.live_choices(), label="Agent", elem_id="watch-live-agent")
             c["live_start"] = gr.Button("Start", variant="primary", elem_id="watch-live-start")
             c["live_step"] = gr.Button("Next action", elem_id="watch-live-step")
             c["live_run"] = gr.Button("Run to the end", elem_id="watch-live-run")
+            c["live_stop"] = gr.Button("Stop", variant="stop", elem_id="watch-live-stop")
+        c["live_status"] = safe.markdown_component("", elem_id="watch-live-status")
         c["live_msg"] = safe.markdown_component("", elem_id="watch-live-msg", elem_classes=["a01-msg"])
         _side(c, "live", "Live episode")
 
-    view = [f"{side}_{field}" for side in ("left", "right") for field in SIDE_FIELDS] + ["index"]
-    picked = ["scenario", *view]
-    live = ["live_sid", *(f"live_{field}" for field in SIDE_FIELDS)]
-    view_inputs = ["left_set", "right_set", "scenario", "index"]
-    wire(c["reload"].click, ctrl.refresh, c, [], ["left_set", "right_set", *picked])
-    wire(c["left_set"].input, ctrl.pick_sets, c, ["left_set", "right_set"], picked)
-    wire(c["right_set"].input, ctrl.pick_sets, c, ["left_set", "right_set"], picked)
-    wire(c["scenario"].input, ctrl.show_start, c, ["left_set", "right_set", "scenario"], view)
-    wire(c["index"].release, ctrl.show, c, view_inputs, view)
-    wire(c["back"].click, ctrl.step_back, c, view_inputs, view)
-    wire(c["forward"].click, ctrl.step_forward, c, view_inputs, view)
-    wire(c["live_start"].click, ctrl.start_live, c, ["live_sid", "live_agent", "scenario"], live, at="live_msg",
-         visitor=True)
-    wire(c["live_step"].click, ctrl.live_step, c, ["live_sid"], live, at="live_msg")
-    wire(c["live_run"].click, ctrl.live_run, c, ["live_sid"], live, at="live_msg")
+    view_inputs = ["left_set", "right_set", "scenario", "index", "left_attempt", "right_attempt"]
+    wire(c["reload"].click, ctrl.refresh, c, [], EVERYTHING, at="msg", **QUICK)
+    wire(c["left_set"].input, ctrl.pick_sets, c, ["left_set", "right_set"], SELECTED, at="msg", **QUICK)
+    wire(c["right_set"].input, ctrl.pick_sets, c, ["left_set", "right_set"], SELECTED, at="msg", **QUICK)
+    wire(c["scenario"].input, ctrl.show_start, c, ["left_set", "right_set", "scenario"], PICKED, at="msg", **QUICK)
+    for side in ("left", "right"):
+        wire(c[f"{side}_attempt"].input, ctrl.show_attempt, c,
+             ["left_set", "right_set", "scenario", "left_attempt", "right_attempt"], VIEW, at="msg", **QUICK)
+    wire(c["index"].release, ctrl.show, c, view_inputs, VIEW, at="msg", **QUICK)
+    wire(c["back"].click, ctrl.step_back, c, view_inputs, VIEW, at="msg", **QUICK)
+    wire(c["forward"].click, ctrl.step_forward, c, view_inputs, VIEW, at="msg", **QUICK)
+    wire(c["live_start"].click, ctrl.start_live, c, ["live_sid", "live_agent", "scenario"], ["live_sid", *LIVE],
+         at="live_msg", visitor=True)
+    wire(c["live_step"].click, ctrl.live_step, c, ["live_sid"], LIVE, at="live_msg", **QUICK)
+    # The run streams (a view per step) and draws no progress overlay: the status line says how far
+    # it is, and nothing on the page waits for it. Stop cancels the stream and shows where it stopped.
+    run = wire_stream(c["live_run"].click, ctrl.live_run, c, ["live_sid"], LIVE, at="live_msg",
+                      show_progress="hidden")
+    stop_declared = {name: c[name] for name in [*LIVE, "live_msg"]}
+    c["live_stop"].click(bind(ctrl.live_stop, stop_declared, at="live_msg"), [c["live_sid"]],
+                         list(stop_declared.values()), cancels=[run], show_progress="hidden")
     c["controller"] = ctrl
     return c
+
+
+def wire_page_load(demo: gr.Blocks, c: dict[str, Any], tabs: gr.Tabs) -> None:
+    """Fill the Watch tab when a page opens: from the link in the page's address when it has one
+    (:meth:`WatchController.open_link`, which then selects the Watch tab in ``tabs``), else the
+    default pair. What the link gets wrong is said in the tab's message, never as an error overlay."""
+    ctrl: WatchController = c["controller"]
+    declared = {**{name: c[name] for name in [*EVERYTHING, "msg"]}, "tabs": tabs}
+    opened = bind(ctrl.open_link, declared, at="msg")
+
+    def page_opened(request: gr.Request) -> Any:
+        return opened(dict(request.query_params) if request is not None else {})
+
+    demo.load(page_opened, None, list(declared.values()), show_progress="hidden")

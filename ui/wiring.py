@@ -19,6 +19,12 @@ A method that opens a session takes a ``visitor`` keyword (:class:`~envcore.serv
 resolved it, and the page's Gradio session), which is what per-visitor shares count and what ends
 with the page. The controllers stay free of requests.
 
+An action that takes a while and has something to show on the way (an agent playing an episode to
+its end) is a method returning an iterable of named outputs: :func:`bind_stream` makes it a generator
+handler, so Gradio sends each to the page as it comes, and :func:`wire_stream` returns the event, for
+a Stop button's ``cancels=``. Its mistakes go to its message component too, before the first output
+or on the way.
+
 A toast renders its message as HTML, and a :class:`UserError` often quotes what the visitor typed
 (a scenario id, a seed, a path): :func:`toast` escapes it (:func:`ui.safe.html`), so the message is
 shown as written and makes no element.
@@ -27,7 +33,7 @@ shown as written and makes no element.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import gradio as gr
@@ -39,6 +45,13 @@ from ui import safe
 class UserError(Exception):
     """Something the visitor can fix; its message is shown to them as it is."""
 
+
+QUICK: dict[str, Any] = {"show_progress": "minimal", "queue": False}
+"""Event options for an action that answers in milliseconds (a step, a view): sent straight to its
+handler, not through Gradio's queue (whose join-and-stream round trips cost more than the action),
+with a small progress mark instead of a shade over every output. Measured click to content in
+Chromium by ``python -m envcore bench ui --browser``. What starts a sandbox or runs a whole hidden
+suite keeps the queue, which bounds how many wait."""
 
 REFUSED, NOTICE = "refused", "notice"
 """The names under which an action returns a refusal or a note for its message component."""
@@ -90,13 +103,54 @@ def bind(method: Callable[..., Mapping[str, Any]], components: Mapping[str, Any]
 
 
 def wire(event: Callable[..., Any], method: Callable[..., Mapping[str, Any]], components: Mapping[str, Any],
-         inputs: list[str], changes: list[str], *, at: str | None = None, visitor: bool = False) -> None:
+         inputs: list[str], changes: list[str], *, at: str | None = None, visitor: bool = False,
+         **options: Any) -> Any:
     """Bind ``method`` to ``event`` (e.g. ``button.click``) with the named ``inputs``, declaring as
-    outputs only the named components it ``changes`` (and its message component ``at``)."""
+    outputs only the named components it ``changes`` (and its message component ``at``); ``options``
+    go to the event listener (``show_progress``, ``queue`` ...). Returns the event's dependency
+    (``.then(...)`` chains a follow-up)."""
     names = list(dict.fromkeys([*changes, *([at] if at else [])]))
     declared = {name: components[name] for name in names}
-    event(bind(method, declared, visitor=visitor, at=at), [components[name] for name in inputs],
-          list(declared.values()))
+    return event(bind(method, declared, visitor=visitor, at=at), [components[name] for name in inputs],
+                 list(declared.values()), **options)
+
+
+def bind_stream(method: Callable[..., Iterable[Mapping[str, Any]]], components: Mapping[str, Any], *,
+                at: str | None = None) -> Callable[..., Iterator[Any]]:
+    """A Gradio generator handler: ``method`` returns an iterable of named outputs, each mapped onto
+    ``components`` as :func:`bind` maps one result (refusals and notes to ``at``) and sent to the page
+    as soon as it is made. A :class:`UserError`, raised by ``method`` before it yields or on the way,
+    ends the stream with its message at ``at`` (a toast without ``at``); what was shown stays."""
+
+    def refuse(exc: UserError) -> Mapping[str, Any]:
+        raise exc
+
+    show = bind(lambda named: named, components, at=at)  # one output, mapped exactly as bind maps it
+    fail = bind(refuse, components, at=at)
+
+    def stream(*args: Any) -> Iterator[Any]:
+        try:
+            for named in method(*args):
+                yield show(named)
+        except UserError as exc:
+            yield fail(exc)
+
+    # Gradio streams a handler that is a generator function: this one, named after the method.
+    stream.__name__ = method.__name__
+    stream.__qualname__ = method.__qualname__
+    stream.__doc__ = method.__doc__
+    return stream
+
+
+def wire_stream(event: Callable[..., Any], method: Callable[..., Iterable[Mapping[str, Any]]],
+                components: Mapping[str, Any], inputs: list[str], changes: list[str], *,
+                at: str | None = None, **options: Any) -> Any:
+    """:func:`wire` for a streaming ``method`` (:func:`bind_stream`); returns the event's dependency
+    (for ``cancels=``). ``options`` go to the event listener (``show_progress``, ``concurrency_limit`` ...)."""
+    names = list(dict.fromkeys([*changes, *([at] if at else [])]))
+    declared = {name: components[name] for name in names}
+    return event(bind_stream(method, declared, at=at), [components[name] for name in inputs],
+                 list(declared.values()), **options)
 
 
 def visitor_of(request: gr.Request | None) -> Visitor:
