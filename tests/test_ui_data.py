@@ -7,6 +7,7 @@ import ast
 import gzip
 import json
 import math
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -330,16 +331,19 @@ def test_rate_chart_has_a_bar_per_set_with_intervals(shipped_frame):
     table = data.rate_table(shipped_frame, "tier", "full_fix", samples=300)
     figure = charts.rate_chart(table, by="tier", metric="full_fix")
     assert [t.name for t in figure.data] == list(dict.fromkeys(table["set"]))
-    assert all(t.type == "bar" for t in figure.data)
+    assert all(t.type == "bar" and t.orientation == "h" for t in figure.data)  # labels level, on a phone too
     heuristic = next(t for t in figure.data if t.name == "heuristic")
     rows = table[table["set"] == "heuristic"]
-    assert list(heuristic.x) == ["1", "2", "3"]
-    assert list(heuristic.error_y.array) == pytest.approx((rows["high"] - rows["mean"]).tolist())
-    assert list(heuristic.error_y.arrayminus) == pytest.approx((rows["mean"] - rows["low"]).tolist())
-    assert heuristic.error_y.symmetric is False
-    assert figure.layout.yaxis.tickformat == ".0%" and tuple(figure.layout.yaxis.range) == (0, 1.02)
-    assert "Full-fix rate" in figure.layout.title.text and figure.layout.xaxis.title.text == "Tier"
+    assert list(heuristic.y) == ["tier 1", "tier 2", "tier 3"]
+    assert list(heuristic.x) == pytest.approx(rows["mean"].tolist())
+    assert list(heuristic.error_x.array) == pytest.approx((rows["high"] - rows["mean"]).tolist())
+    assert list(heuristic.error_x.arrayminus) == pytest.approx((rows["mean"] - rows["low"]).tolist())
+    assert heuristic.error_x.symmetric is False
+    assert figure.layout.xaxis.tickformat == ".0%" and tuple(figure.layout.xaxis.range) == (0, 1.02)
+    assert "Full-fix rate by tier" in figure.layout.title.text  # the title names the groups: no axis title
     assert len({t.marker.color for t in figure.data}) == len(figure.data)
+    named = charts.rate_chart(table, by="tier", metric="full_fix", names={"heuristic": "Heuristic <baseline>"})
+    assert "Heuristic &lt;baseline&gt;" in [t.name for t in named.data]  # shown by its words, escaped
 
 
 def test_charts_share_colours_given_one_mapping():
@@ -348,14 +352,11 @@ def test_charts_share_colours_given_one_mapping():
     assert colors == {"a": charts.PALETTE[0], "b": charts.PALETTE[1], "c": charts.PALETTE[2]}
     rates = charts.rate_chart(data.rate_table(frame, "overall", "reward", samples=50), by="overall",
                               metric="reward", colors=colors)
-    boxes = charts.component_chart(data.component_frame(frame), colors=colors)
     delta = charts.delta_chart(data.paired_delta_table(frame, "b", "a", samples=50), base="b", other="a",
                                metric="reward", colors=colors)
     assert {t.name: t.marker.color for t in rates.data} == {"b": colors["b"], "a": colors["a"]}
-    assert {t.name: t.marker.color for t in boxes.data} == {"b": colors["b"], "a": colors["a"]}
     assert delta.data[0].marker.color == colors["a"]
-    assert all(t.type == "box" for t in boxes.data)
-    assert rates.layout.yaxis.tickformat is None  # reward is not a rate
+    assert rates.layout.xaxis.tickformat is None  # reward is not a rate
 
 
 @pytest.mark.parametrize("n", [2, 8, 9, 12, 24])
@@ -392,14 +393,15 @@ def test_empty_inputs_give_honest_empty_figures():
     figures = [
         charts.empty_figure("nothing here"),
         charts.rate_chart(data.rate_table(empty, "tier", "full_fix"), by="tier", metric="full_fix"),
-        charts.component_chart(data.component_frame(empty)),
+        charts.component_chart(data.component_means(empty)),
+        charts.outcome_chart(data.outcome_table(empty)),
         charts.delta_chart(data.paired_delta_table(empty, "a", "b"), base="a", other="b", metric="reward"),
     ]
     for figure in figures:
         assert len(figure.data) == 0
         assert len(figure.layout.annotations) == 1 and figure.layout.annotations[0].text
     assert figures[0].layout.annotations[0].text == "nothing here"
-    assert "a" in figures[3].layout.annotations[0].text and "b" in figures[3].layout.annotations[0].text
+    assert "a" in figures[-1].layout.annotations[0].text and "b" in figures[-1].layout.annotations[0].text
 
 
 # ----- the rollout viewer -------------------------------------------------------------------------
@@ -526,12 +528,20 @@ def test_ui_modules_import_neither_gradio_nor_the_sandbox():
 
 
 def test_the_leaderboard_is_shown_as_people_read_it():
-    summary = pd.DataFrame([{"set": "a", "episodes": 4, "graded": 4, "full_fix": 0.25, "partial": 0.5,
-                             "reward": 0.1234, "steps": 7.25, "invalid_rate": 0.0},
-                            {"set": "b", "episodes": 1, "graded": 0, "full_fix": float("nan"),
-                             "partial": float("nan"), "reward": float("nan"), "steps": float("nan"),
-                             "invalid_rate": float("nan")}])
-    shown = data.leaderboard_display(summary)
-    assert shown.iloc[0].to_dict() == {"set": "a", "episodes": 4, "graded": 4, "full fix": "25%", "partial": "50%",
-                                       "mean reward": "+0.123", "steps": "7.2", "invalid steps": "0%"}
-    assert shown.iloc[1]["full fix"] == "" and shown.iloc[1]["mean reward"] == ""
+    frame = data.episode_frame({
+        "evals/a": [make_record("s1", reward=0.5, resolution="full"), make_record("s2", reward=0.25, resolution="no"),
+                    make_record("s3", reward=None, outcome="infrastructure_error")],
+        "evals/b": [make_record("s1", agent="b", reward=None, outcome="infrastructure_error")],
+    })
+    info = {"evals/a": data.SetInfo("Agent A · evals", caveat="pipeline check, not a skilled agent"),
+            "evals/b": data.SetInfo("Agent B · evals")}
+    shown = data.leaderboard_display(data.leaderboard_table(frame, info, samples=50))
+    assert list(shown.columns) == list(data.LEADERBOARD_HEADERS)
+    first = shown.iloc[0].to_dict()
+    assert {k: v for k, v in first.items() if "CI" not in k} == {
+        "#": "1", "agent or player": "Agent A", "mean reward": "+0.375", "full fixes": "50%", "partial": "0%",
+        "episodes": "3 (2 graded)", "about": "evals · pipeline check, not a skilled agent"}
+    assert re.fullmatch(r"\[\+0\.\d{3}, \+0\.\d{3}\]", first["reward 95% CI"])
+    assert re.fullmatch(r"\[\d+%, \d+%\]", first["full fixes 95% CI"])
+    assert shown.iloc[1]["#"] == "–" and shown.iloc[1]["mean reward"] == "" and shown.iloc[1]["reward 95% CI"] == ""
+    assert shown.iloc[1]["about"] == "evals · no graded episode"

@@ -10,8 +10,17 @@ Choices:
   its colour across charts and selections. Past eight sets, :func:`distinct_colors` adds colours at
   least a set CIELAB distance from every other, so no two sets ever share one. Without ``colors`` a
   chart assigns colours to the sets it draws, consistent only within that chart.
+* Sets are keyed by their name everywhere (colours, tables) but shown by ``names`` (their words:
+  ``Heuristic baseline (scripted)``), when the caller passes them.
+* Bars run horizontally, one row per slice, set or player, with the labels on the left: a phone's
+  390 pixels then hold the same chart as a desktop, only taller, and long names (bug classes, sets)
+  are read level rather than tilted.
 * Rate metrics (:data:`ui.data.RATE_METRICS`) get a fixed 0-100% axis so charts compare at a glance;
   reward and steps get an axis fitted to the data.
+* Stacked bars (:func:`outcome_chart`, :func:`failure_chart`) are drawn from tables with a value for
+  every (row, category), zeros included, sent as plain lists: Plotly sends a NumPy array as a typed
+  array, where a missing value is a NaN that poisons the running sum of the stack and cuts every
+  later segment of that bar short (the failure bar of ``random`` used to stop at about 85%).
 * No data is never drawn as an empty axis that looks like zeros: every chart returns
   :func:`empty_figure` with a message saying what is missing.
 * Plotly renders a subset of HTML (links included) in every label, so every text that comes from the
@@ -28,7 +37,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ui import safe
-from ui.data import GROUP_LABELS, METRIC_LABELS, RATE_METRICS
+from ui.data import GROUP_LABELS, METRIC_LABELS, OUTCOMES, RATE_METRICS
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 """Okabe & Ito (2008), blue first; yellow and black last (yellow is faint on white, black reads as text)."""
@@ -106,6 +115,39 @@ def _colors(names: Iterable[str], colors: Mapping[str, str] | None) -> dict[str,
     return {name: (colors or {}).get(name, own[name]) for name in names}
 
 
+def _shown(name: str, names: Mapping[str, str] | None) -> str:
+    """The set ``name`` as shown (its words from ``names``, else its name), escaped for Plotly."""
+    return safe.plot((names or {}).get(name, name))
+
+
+def _wrapped(text: str, width: int = 26) -> str:
+    """``text`` escaped for Plotly and broken into lines of about ``width`` characters (an axis label
+    that stays narrow on a phone)."""
+    lines: list[str] = []
+    for word in str(text).split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(safe.plot(line) for line in lines) or safe.plot(text)
+
+
+LEGEND = {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left", "title": {"text": ""},
+          "traceorder": "normal"}
+"""A horizontal legend above the plot: it wraps to the width of a phone instead of taking half of it."""
+MARGIN = {"l": 10, "r": 16, "t": 40, "b": 50}
+"""Narrow side margins (the axes' labels push them as far as they need): a phone's width is for the bars."""
+
+
+def _title(text: str) -> dict:
+    """A title at the top left of the figure that makes room for itself, so a legend above the plot
+    (which makes room for itself too) never covers it: the padding under it is what keeps a legend of
+    one row off it. One line: Plotly places a title of several lines anchored at the top partly
+    outside the figure."""
+    return {"text": text, "x": 0, "xref": "container", "xanchor": "left", "y": 1, "yref": "container",
+            "yanchor": "top", "pad": {"t": 10, "b": 24, "l": 10}, "automargin": True}
+
+
 def _metric_label(metric: str) -> str:
     return METRIC_LABELS.get(metric, metric.replace("_", " "))
 
@@ -129,67 +171,112 @@ def _value_axis(metric: str) -> dict:
     return {"title": {"text": _metric_label(metric)}, "zeroline": True, "zerolinecolor": ZERO_LINE}
 
 
-def rate_chart(table: pd.DataFrame, *, by: str, metric: str, colors: Mapping[str, str] | None = None) -> go.Figure:
-    """Grouped bars from :func:`ui.data.rate_table`: one trace per set (named after it), one bar per
-    group, with the 95% bootstrap interval as asymmetric error bars."""
+def rate_chart(table: pd.DataFrame, *, by: str, metric: str, colors: Mapping[str, str] | None = None,
+               names: Mapping[str, str] | None = None) -> go.Figure:
+    """Grouped horizontal bars from :func:`ui.data.rate_table`: one trace per set (named by ``names``,
+    in the order the sets first appear in ``table``), one bar per group, groups top to bottom in
+    sorted order, with the 95% bootstrap interval as asymmetric error bars."""
     if table.empty:
         return empty_figure(f"No graded episodes: no {_metric_label(metric).lower()} to show.")
     palette = _colors(table["set"], colors)
     value_format = ".1%" if metric in RATE_METRICS else "+.3f" if metric == "reward" else ".1f"
+    groups = sorted(set(table["group"]))  # rate_table's order, whatever order the rows come in
+    sets = list(dict.fromkeys(table["set"]))  # the legend's order, and each group's, top to bottom
     figure = go.Figure()
     for set_name, rows in table.groupby("set", sort=False):
         figure.add_trace(go.Bar(
-            name=safe.plot(set_name), x=[safe.plot(g) for g in rows["group"]], y=rows["mean"],
-            marker_color=palette[set_name],
-            error_y={"type": "data", "symmetric": False, "array": (rows["high"] - rows["mean"]).tolist(),
-                     "arrayminus": (rows["mean"] - rows["low"]).tolist(), "thickness": 1.5, "width": 4},
-            customdata=rows[["low", "high", "n"]].to_numpy(),
-            hovertemplate=(f"<b>%{{fullData.name}}</b><br>%{{x}}: %{{y:{value_format}}}"
+            name=_shown(set_name, names), y=[_group_label(g, by) for g in rows["group"]], x=rows["mean"].tolist(),
+            orientation="h", marker_color=palette[set_name],
+            error_x={"type": "data", "symmetric": False, "array": (rows["high"] - rows["mean"]).tolist(),
+                     "arrayminus": (rows["mean"] - rows["low"]).tolist(), "thickness": 1.2, "width": 2},
+            customdata=rows[["low", "high", "n"]].to_numpy().tolist(),
+            hovertemplate=(f"<b>%{{fullData.name}}</b><br>%{{y}}: %{{x:{value_format}}}"
                            f"<br>95% CI [%{{customdata[0]:{value_format}}}, %{{customdata[1]:{value_format}}}]"
                            "<br>n = %{customdata[2]}<extra></extra>"),
         ))
     grouping = GROUP_LABELS.get(by, by.replace("_", " "))
     title = _metric_label(metric) if by == "overall" else f"{_metric_label(metric)} by {grouping.lower()}"
     figure.update_layout(
-        template=TEMPLATE, barmode="group",
-        title={"text": f"{title} <sup>(95% bootstrap CI)</sup>"},
-        xaxis={"title": {"text": "" if by == "overall" else grouping}, "type": "category"},
-        yaxis=_value_axis(metric), legend={"title": {"text": "Rollout set"}},
+        template=TEMPLATE, barmode="group", bargap=0.25, bargroupgap=0.05, margin=MARGIN,
+        title=_title(f"{title} <sup>(95% bootstrap CI)</sup>"),
+        # Groups top to bottom in table order, and within a group the sets in legend order. The axis
+        # is not titled: the chart's title says what the groups are.
+        yaxis={"title": {"text": ""}, "type": "category", "autorange": "reversed",
+               "categoryorder": "array", "categoryarray": [_group_label(g, by) for g in groups]},
+        xaxis=_value_axis(metric), legend=LEGEND,
+        # Room for the bars, and for a legend of one set per line (a phone's width).
+        height=110 + len(groups) * (12 + 8 * len(sets)) + 19 * len(sets),
     )
     return figure
 
 
-def component_chart(long: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> go.Figure:
-    """Box plots from :func:`ui.data.component_frame`: per reward component, one box per set, showing
-    how much each component added to or took from the reward across episodes."""
-    if long.empty:
+def _group_label(group: str, by: str) -> str:
+    return f"tier {safe.plot(group)}" if by == "tier" else safe.plot(group)
+
+
+REWARD_COMPONENT_COLORS = {
+    "security_blocked": "#009E73", "legit_use_broken": "#D55E00", "app_loads": "#000000", "steps_used": "#BBBBBB",
+    "invalid_actions": "#CC79A7", "diff_size": "#56B4E9", "budget_exhausted": "#E69F00",
+}
+"""One colour per reward component (what pays green, what breaks the app dark), the same everywhere."""
+
+
+def component_chart(means: pd.DataFrame, *, rewards: pd.DataFrame | None = None,
+                    names: Mapping[str, str] | None = None) -> go.Figure:
+    """Where each set's reward comes from: from :func:`ui.data.component_means`, one row per set
+    (table order, top to bottom) and one segment per reward component, stacked from zero (what adds
+    to the reward to the right, what takes from it to the left), so a row's segments sum to the mean
+    reward; with ``rewards`` (:func:`ui.data.rate_table` of ``reward`` over ``overall``), a diamond
+    marks each set's mean reward with its 95% interval."""
+    if means.empty:
         return empty_figure("No graded episodes: no reward components to show.")
-    palette = _colors(long["set"], colors)
+    sets = list(dict.fromkeys(means["set"]))
+    labels = [_wrapped((names or {}).get(s, s)) for s in sets]
+    extra = iter(distinct_colors(len(PALETTE) + len(set(means["component"])))[len(PALETTE):])
     figure = go.Figure()
-    for set_name, rows in long.groupby("set", sort=False):
-        figure.add_trace(go.Box(name=safe.plot(set_name), x=[safe.plot(c) for c in rows["component"]], y=rows["value"],
-                                marker_color=palette[set_name], boxmean=True))
+    for component, rows in means.groupby("component", sort=False):
+        rows = rows.set_index("set").reindex(sets)
+        color = REWARD_COMPONENT_COLORS.get(component) or next(extra)
+        figure.add_trace(go.Bar(
+            name=safe.plot(component), y=labels, x=rows["mean"].fillna(0.0).tolist(), orientation="h",
+            marker_color=color, customdata=rows["n"].fillna(0).astype(int).tolist(),
+            hovertemplate="%{fullData.name}<br>%{y}: %{x:+.3f} on average<br>n = %{customdata}<extra></extra>",
+        ))
+    if rewards is not None and not rewards.empty:
+        shown = rewards.set_index("set").reindex(sets).dropna(subset=["mean"])
+        figure.add_trace(go.Scatter(
+            name="mean reward (95% CI)", y=[labels[sets.index(s)] for s in shown.index], x=shown["mean"].tolist(),
+            mode="markers", marker={"symbol": "diamond", "size": 10, "color": "#222222", "line": {"color": "white", "width": 1}},
+            error_x={"type": "data", "symmetric": False, "array": (shown["high"] - shown["mean"]).tolist(),
+                     "arrayminus": (shown["mean"] - shown["low"]).tolist(), "color": "#222222", "thickness": 1.5,
+                     "width": 4},
+            customdata=shown[["low", "high", "n"]].to_numpy().tolist(),
+            hovertemplate=("%{y}<br>mean reward %{x:+.3f}<br>95% CI [%{customdata[0]:+.3f}, %{customdata[1]:+.3f}]"
+                           "<br>n = %{customdata[2]}<extra></extra>"),
+        ))
+    figure.add_vline(x=0, line={"color": ZERO_LINE, "width": 1})
     figure.update_layout(
-        template=TEMPLATE, boxmode="group",
-        title={"text": "Reward components <sup>(contribution to the reward, per episode)</sup>"},
-        xaxis={"title": {"text": "Component"}, "type": "category"},
-        yaxis={"title": {"text": "Contribution"}, "zeroline": True, "zerolinecolor": ZERO_LINE},
-        legend={"title": {"text": "Rollout set"}},
+        template=TEMPLATE, barmode="relative", margin=MARGIN,
+        title=_title("Where the reward comes from <sup>(mean per component)</sup>"),
+        xaxis={"title": {"text": "Contribution to the mean reward"}, "zeroline": False},
+        yaxis={"title": {"text": ""}, "type": "category", "autorange": "reversed"},
+        legend=LEGEND, height=250 + 46 * len(sets),
     )
     return figure
 
 
 def delta_chart(table: pd.DataFrame, *, base: str, other: str, metric: str,
-                colors: Mapping[str, str] | None = None) -> go.Figure:
+                colors: Mapping[str, str] | None = None, names: Mapping[str, str] | None = None) -> go.Figure:
     """A forest plot from :func:`ui.data.paired_delta_table`: per slice, the mean paired difference
     (other - base) with its 95% bootstrap interval, and a line at zero (no difference)."""
     if table.empty:
-        return empty_figure(f"No scenario has a graded episode in both {base} and {other}.")
+        return empty_figure(f"No scenario has a graded episode in both {(names or {}).get(base, base)} and "
+                            f"{(names or {}).get(other, other)}.")
     color = _colors([other], colors)[other]
     rate = metric in RATE_METRICS
     value_format = "+.1%" if rate else "+.3f"
     labels = [f"{safe.plot(s)} (n={n})" for s, n in zip(table["slice"], table["n"])]
-    shown_base, shown_other = safe.plot(base), safe.plot(other)
+    shown_base, shown_other = _shown(base, names), _shown(other, names)
     figure = go.Figure(go.Scatter(
         name=f"{shown_other} − {shown_base}", x=table["delta"], y=labels, mode="markers", meta=[shown_base, shown_other],
         marker={"color": color, "size": 9, "symbol": "diamond"},
@@ -203,14 +290,15 @@ def delta_chart(table: pd.DataFrame, *, base: str, other: str, metric: str,
     ))
     figure.add_vline(x=0, line={"color": ZERO_LINE, "dash": "dash", "width": 1})
     figure.update_layout(
-        template=TEMPLATE, showlegend=False,
-        title={"text": f"{shown_other} − {shown_base}: {_metric_label(metric).lower()} "
-                       "<sup>(paired on common scenarios, 95% bootstrap CI)</sup>"},
-        xaxis={"title": {"text": f"Difference in {_metric_label(metric).lower()} ({shown_other} − {shown_base})"},
+        template=TEMPLATE, showlegend=False, margin=MARGIN,
+        # The two sets are named beside the chart (the dropdowns and the sentence over it): a title
+        # naming them would not fit a phone's width.
+        title=_title(f"Paired difference in {_metric_label(metric).lower()} <sup>(95% bootstrap CI)</sup>"),
+        xaxis={"title": {"text": f"Difference in {_metric_label(metric).lower()} (compared − baseline)"},
                **({"tickformat": "+.0%"} if rate else {})},
         # Slices top to bottom in table order: overall first, as a forest plot reads.
         yaxis={"title": {"text": ""}, "autorange": "reversed", "type": "category"},
-        height=max(320, 80 + 28 * len(table)),
+        height=max(340, 130 + 28 * len(table)),
     )
     return figure
 
@@ -252,6 +340,50 @@ def training_chart(frame: pd.DataFrame, metrics: list[str], *, colors: Mapping[s
     return figure
 
 
+def _stacked_shares(table: pd.DataFrame, *, row: str, labels: Mapping[str, str], titles: Mapping[str, str],
+                    colors: Mapping[str, str], denominator: str, title: str, axis_title: str) -> go.Figure:
+    """Stacked horizontal bars of shares: one bar per distinct ``row`` value (table order, top to
+    bottom, shown as ``labels``), one segment per ``category`` (table order), from a table with a
+    ``share``, a ``count`` and ``denominator`` for every (row, category). Missing cells are drawn as
+    zeros (see the module docstring), so a complete table's bars end at exactly 100%."""
+    rows = list(dict.fromkeys(table[row]))
+    shown_rows = [labels.get(r, safe.plot(r)) for r in rows]
+    figure = go.Figure()
+    for category in dict.fromkeys(table["category"]):
+        part = table[table["category"] == category].set_index(row).reindex(rows)
+        figure.add_trace(go.Bar(
+            y=shown_rows, x=part["share"].fillna(0.0).tolist(), orientation="h",
+            name=safe.plot(titles.get(category, category)),
+            marker={"color": colors.get(category, "#999999")},
+            customdata=[[int(c), int(t)] for c, t in zip(part["count"].fillna(0), part[denominator].fillna(0))],
+            texttemplate="%{x:.0%}", textposition="inside", insidetextanchor="middle", textangle=0,
+            hovertemplate="%{fullData.name}<br>%{y}: %{x:.1%} (%{customdata[0]} of %{customdata[1]})<extra></extra>",
+        ))
+    figure.update_layout(template=TEMPLATE, barmode="stack", height=230 + 46 * len(rows), margin=MARGIN,
+                         uniformtext={"minsize": 10, "mode": "hide"},
+                         xaxis={"range": [0, 1], "tickformat": ".0%", "title": {"text": axis_title}},
+                         yaxis={"autorange": "reversed", "type": "category", "title": {"text": ""}},
+                         legend=LEGEND, title=_title(title))
+    return figure
+
+
+OUTCOME_COLORS = {"full_fix": "#009E73", "partial": "#56B4E9", "not_fixed": "#BBBBBB", "budget": "#E69F00",
+                  "not_graded": "#555555"}
+"""Outcome colours: a fix green, a partial fix light blue, no fix grey, a budget run out orange."""
+
+
+def outcome_chart(table: pd.DataFrame, *, names: Mapping[str, str] | None = None) -> go.Figure:
+    """How each entrant's episodes ended, from :func:`ui.data.outcome_table`: one stacked bar per
+    entrant (leaderboard order), its segments the shares of :data:`ui.data.OUTCOMES`, summing to 100%
+    of its episodes."""
+    if table.empty:
+        return empty_figure("No episodes in the chosen sets.")
+    labels = {e: _wrapped((names or {}).get(e, e)) for e in dict.fromkeys(table["entrant"])}
+    return _stacked_shares(table.rename(columns={"outcome": "category"}), row="entrant", labels=labels,
+                           titles=OUTCOMES, colors=OUTCOME_COLORS, denominator="episodes",
+                           title="How the episodes ended", axis_title="share of episodes")
+
+
 CATEGORY_COLORS = {
     "solved": "#009E73", "partial_fix": "#56B4E9", "over_restriction": "#D55E00", "app_broken": "#000000",
     "wrong_site": "#E69F00", "no_patch": "#BBBBBB", "format_errors": "#CC79A7", "budget_exhausted": "#0072B2",
@@ -265,19 +397,7 @@ def failure_chart(table: pd.DataFrame, *, by: str, titles: Mapping[str, str]) ->
     ``count``, ``graded``), the share of graded episodes in each category."""
     if table.empty:
         return empty_figure("No graded episode in this analysis.")
-    slices = list(dict.fromkeys(table["slice"]))
-    figure = go.Figure()
-    for category in dict.fromkeys(table["category"]):
-        rows = table[table["category"] == category].set_index("slice").reindex(slices)
-        figure.add_trace(go.Bar(
-            y=[safe.plot(s) for s in slices], x=rows["share"], orientation="h",
-            name=safe.plot(titles.get(category, category)),
-            marker={"color": CATEGORY_COLORS.get(category, "#999999")}, customdata=rows[["count", "graded"]].values,
-            hovertemplate="%{fullData.name}<br>%{y}: %{x:.0%} (%{customdata[0]} of %{customdata[1]})<extra></extra>",
-        ))
-    figure.update_layout(template=TEMPLATE, barmode="stack", height=120 + 28 * len(slices),
-                         xaxis={"range": [0, 1], "tickformat": ".0%", "title": {"text": "share of graded episodes"}},
-                         yaxis={"autorange": "reversed", "title": {"text": safe.plot(by.replace("_", " "))}},
-                         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-                         title={"text": f"Why episodes failed, by {safe.plot(by.replace('_', ' '))}"}, margin={"t": 90})
-    return figure
+    dimension = safe.plot(by.replace("_", " "))
+    return _stacked_shares(table, row="slice", labels={}, titles=titles, colors=CATEGORY_COLORS, denominator="graded",
+                           title=f"Solved, or why not, by {dimension}",
+                           axis_title="share of graded episodes")

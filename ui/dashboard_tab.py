@@ -1,23 +1,46 @@
 """The Dashboard tab: charts drawn from the same artifacts the evaluation and training write.
 
-Every chart comes from episode logs through the two pure layers (:mod:`ui.data` turns records into
+Every number comes from episode logs through the two pure layers (:mod:`ui.data` turns records into
 DataFrames, :mod:`ui.charts` turns DataFrames into Plotly figures); this module only wires them:
 
-* a leaderboard of the chosen rollout sets (human play included), with solve and partial rates by
-  bug class, tier or domain, each with its 95% bootstrap interval;
-* the distribution of every reward component, per set;
+* a headline card: what the gym is, the best agent (never the oracle, which is validation; said so
+  when the best is only a scripted baseline) and the human players, each with 95% bootstrap
+  intervals and the number of episodes (:func:`headline_markdown`);
+* a ranked leaderboard of the chosen rollout sets, by mean reward then full-fix rate, with friendly
+  names, caveats and intervals, every human player in a row of their own, the oracle apart;
+* how each entrant's episodes ended (a stacked bar that sums to 100% of its episodes);
+* solve and partial rates or mean reward by bug class, tier or domain, each with its 95% interval;
+* where each set's reward comes from (the mean contribution of every reward component);
 * any two sets compared on the scenarios both played (paired differences with intervals, overall,
   by tier and by bug class);
-* a scenario browser over the cache manifest; choosing a row opens it in the Play tab;
-* the training curves of every run (:mod:`ui.training_panel`, from the Trackio databases under
-  ``artifacts/trackio``);
-* the failure analysis (:mod:`ui.failure_panel`, from ``artifacts/feedback``): categories by bug class,
-  tier, agent or domain, example episodes that open in the Watch tab, and the sampling weights.
+* a scenario browser over the cache manifest (the first :data:`BROWSER_ROWS` that match the filters);
+  choosing a row opens it in the Play tab;
+* the training curves of every run (:mod:`ui.training_panel`) and the failure analysis
+  (:mod:`ui.failure_panel`).
+
+Choices:
+
+* **One sentence per chart**, over it, says what it shows and how to read it.
+* **Fresh after play.** The Space's own human log (``A01_HUMAN_LOG``, wherever it is) is a rollout set
+  even outside the artifacts folder. Opening the tab (:meth:`DashboardController.on_open`, bound to the
+  tab's ``select`` by :func:`bind_tab`) compares the logs' file versions with those the page last drew
+  (a short string in a ``gr.State``) and redraws only when a log changed, so an episode a visitor just
+  played is on the leaderboard when they look, and opening an unchanged dashboard costs a few ``stat``
+  calls and no redraw.
+* **Cheap toggles.** Everything derived (episode frames, leaderboards, rate tables, figures) is cached
+  by the file versions of the logs it was computed from, in bounded LRU maps keyed only by known sets
+  and choices. A dimension or measure toggle redraws only the rates chart; choosing sets redraws what
+  depends on them, never the headline (computed over every set) nor the panels below. Actions served
+  from those caches (the toggles, the failure panel's, opening the tab) skip Gradio's queue
+  (:data:`ui.wiring.QUICK`). Figures are small: per-slice means and intervals, mean contributions,
+  never one point per episode (the box plots they replace sent about 330 kB per click).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +50,57 @@ import pandas as pd
 from envcore.agents.evaluate import compare, scenario_domains
 from envcore.server.sessions import SessionHub
 from ui import artifact_sets, charts, data, failure_panel, safe, training_panel
-from ui.wiring import wire
+from ui.artifact_sets import default_pair
+from ui.wiring import QUICK, wire
 
 DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Domain": "domain"}
 RATE_METRICS = {"Full fix": "full_fix", "Partial fix": "partial", "Mean reward": "reward"}
 DELTA_METRICS = {"Reward": "reward", "Full fix": "full_fix"}
 ANY = "any"
+HUMAN = "human"
+LIVE_HUMAN = "human (this Space)"
+"""The Space's own human log's set name when a shipped log is already called ``human``."""
+HUMAN_LABEL = "Human players · this Space"
+SCRIPTED = frozenset(artifact_sets.AGENT_WORDS) - {"oracle"}
+"""The scripted baselines (no model): a best agent among them is said to be only a scripted baseline."""
+FRAME_ENTRIES = 17
+"""Episode frames kept, one per rollout set at one file version of its log: the heavy ones."""
+DERIVED_ENTRIES = 256
+"""Things derived from them kept: per set, its leaderboard rows and rate tables; per selection of
+sets (at their file versions), its frame, leaderboard and figures; the headline."""
+BROWSER_ROWS = 100
+"""Rows the scenario browser lists. The page keeps every component's value in its state and copies
+it on every event: a table of the whole cache (a thousand rows) added about 0.1 s to every click on
+the page, toggles included."""
+LEADERBOARD_WIDTHS = ("40px", "150px", "72px", "60px", "160px", "126px", "70px", "84px", "360px")
+"""Column widths of the leaderboard (:data:`ui.data.LEADERBOARD_HEADERS`): a phone shows the rank, the
+name and both scores; the intervals and the rest are a sideways scroll away."""
+
+INTRO = ("Agents, and you in the **Play** tab, repair **Broken Access Control** bugs (OWASP A01) in small "
+         "generated FastAPI apps. Each repair is graded by running the exploit, which must now be refused, "
+         "and the app's legitimate use, which must still work, on held-out scenarios: reward 1 is a full fix, "
+         "0 the app left as it was, below 0 a repair that broke the app or its legitimate use. Brackets are "
+         "95% bootstrap intervals; n counts episodes.")
+CAPTIONS = {
+    "leaderboard": ("**Leaderboard.** Ranked by mean reward, then full-fix rate; every human player has a row of "
+                    "their own. The oracle plays the reference fix: it validates the scenarios and the grader, and is "
+                    "not ranked. A model marked *pipeline check* is too small to play: its runs only show that the "
+                    "pipeline works."),
+    "outcomes": ("**How the episodes ended.** One bar per leaderboard row, split into full fixes, partial fixes, "
+                 "no fix and runs out of steps; every bar sums to 100% of that row's episodes."),
+    "rates": ("**Where each set succeeds.** The chosen measure per slice, one bar per set; the whisker is the 95% "
+              "interval, so bars whose whiskers overlap are not reliably different."),
+    "components": ("**Where the reward comes from.** Each bar splits a set's mean reward into its components: what "
+                   "adds to it right of zero (exploits refused), what takes from it left (legitimate use broken, "
+                   "steps, invalid actions); the diamond is the mean reward with its interval."),
+    "delta": ("**Two sets on the same scenarios.** Each point is the mean paired difference (compared minus "
+              "baseline) overall, by tier and by bug class; right of the dashed zero line the compared set did "
+              "better, and a whisker that crosses it means no clear difference."),
+    "training": ("**Training curves.** Each metric over GRPO steps, one line per run: a rising reward or full-fix "
+                 "line is learning; a flat one is not."),
+    "failures": ("**Why episodes fail.** For each slice, the share of graded episodes solved or failed in each "
+                 "way (no patch, over-restriction, wrong site ...); every bar sums to 100%."),
+}
 
 
 def serving_weights(hub: SessionHub) -> dict[str, Any] | None:
@@ -42,106 +110,352 @@ def serving_weights(hub: SessionHub) -> dict[str, Any] | None:
     return tables if any(tables.values()) else None
 
 
-def default_pair(sets: list[artifact_sets.RolloutSet]) -> tuple[str | None, str | None]:
-    """What to compare first: a trained set (an evaluation before training rollouts, which play other
-    scenarios) against the heuristic baseline, or failing that another evaluated baseline (the base
-    model beside its adapter); with no trained set, the heuristic against doing nothing; failing
-    those, the first two competitors (never the oracle)."""
-    competitors = [s for s in sets if s.kind != "validation"]
-    by_agent = {s.name.rsplit("/", 1)[-1]: s.name for s in competitors}
-    trained_sets = sorted((s for s in competitors if s.kind == "trained"), key=lambda s: not s.evaluated)
-    trained = trained_sets[0].name if trained_sets else None
-    if trained:
-        baselines = sorted((s for s in competitors if s.kind == "baseline"), key=lambda s: not s.evaluated)
-        base = by_agent.get("heuristic") or (baselines[0].name if baselines else None)
-        return base or next((s.name for s in competitors if s.name != trained), None), trained
-    if "heuristic" in by_agent and "noop" in by_agent:
-        return by_agent["noop"], by_agent["heuristic"]
-    names = [s.name for s in competitors]
-    return (names[0] if names else None), (names[1] if len(names) > 1 else None)
+def set_info(rollout_set: artifact_sets.RolloutSet) -> data.SetInfo:
+    """How the leaderboard treats a set: the oracle is validation; a training run's own rollouts (no
+    evaluation summary: training scenarios, not held-out ones) are listed, not ranked."""
+    standing, note = "ranked", ""
+    if rollout_set.kind == "validation":
+        standing, note = "validation", "validation: plays the reference fix"
+    elif rollout_set.kind == "trained" and not rollout_set.evaluated:
+        standing, note = "unranked", "training rollouts, not a held-out evaluation"
+    return data.SetInfo(label=rollout_set.label, kind=rollout_set.kind, caveat=rollout_set.caveat,
+                        standing=standing, note=note)
 
 
+def display_names(info: dict[str, data.SetInfo]) -> dict[str, str]:
+    """Each set's name in the charts: its words, with where it comes from when two sets share words,
+    and ``pipeline check`` when it has that caveat."""
+    counts: dict[str, int] = {}
+    for about in info.values():
+        counts[about.words] = counts.get(about.words, 0) + 1
+    names = {}
+    for name, about in info.items():
+        parts = [about.words]
+        if counts[about.words] > 1:  # two runs of one agent (evals/v1 and evals/v2): say which
+            parts.append(about.where or name)
+        if about.caveat:
+            parts.append("pipeline check" if about.caveat == artifact_sets.PIPELINE_CHECK else about.caveat)
+        names[name] = " · ".join(parts)
+    return names
+
+
+def default_shown(sets: list[artifact_sets.RolloutSet]) -> list[str]:
+    """The sets shown at first: all but training runs' own rollouts (they play training scenarios)."""
+    return [s.name for s in sets if set_info(s).standing != "unranked"]
+
+
+# ----- the headline card -------------------------------------------------------------------------------
+def _ci(mean: float, low: float, high: float, spec: str) -> str:
+    return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
+
+
+def _scores(row: Any) -> str:
+    """``full fixes 24% [19%, 29%], mean reward +0.225 [+0.180, +0.270], n = 258`` (escaped)."""
+    return safe.markdown(f"full fixes {_ci(row['full_fix'], row['full_fix_low'], row['full_fix_high'], '.0%')}, "
+                         f"mean reward {_ci(row['reward'], row['reward_low'], row['reward_high'], '+.3f')}, "
+                         f"n = {row['graded']}")
+
+
+def _who(row: Any) -> str:
+    where = f" ({safe.markdown(row['where'])})" if row["where"] else ""
+    return f"**{safe.markdown(row['name'])}**{where}"
+
+
+def headline_markdown(board: pd.DataFrame, humans: dict[str, Any], scripted: set[str]) -> str:
+    """The headline card: :data:`INTRO`, then the best agent, the human players and the validation run,
+    from ``board`` (:func:`ui.data.leaderboard_table` over every set) and ``humans``
+    (:func:`ui.data.pooled_stats` over every human episode). ``scripted`` names the sets played by a
+    scripted baseline. Every name is escaped: sets are folders and players name themselves."""
+    lines = [f"### The A01 repair gym in 30 seconds\n\n{INTRO}"]
+    ranked = board[board["standing"] == "ranked"]
+    agents = ranked[ranked["player"] == ""]
+    if agents.empty:
+        lines.append("**Best agent:** no agent has a graded episode yet.")
+    else:
+        best = agents.iloc[0]
+        text = f"**Best agent:** {_who(best)}: {_scores(best)}."
+        if best["kind"] != "trained":
+            kind = "a scripted baseline" if best["set"] in scripted else "an untrained baseline"
+            trained = agents[agents["kind"] == "trained"]
+            text += f" It is only {kind}: no trained agent beats it yet."
+            if not trained.empty:
+                top = trained.iloc[0]
+                verb = f"is a {safe.markdown(top['caveat'])}:" if top["caveat"] else "scores"
+                text += (f" The best trained agent, {_who(top)}, {verb} mean reward "
+                         + safe.markdown(f"{_ci(top['reward'], top['reward_low'], top['reward_high'], '+.3f')}, "
+                                         f"n = {top['graded']}") + ".")
+        elif best["caveat"]:
+            text += f" Caveat: {safe.markdown(best['caveat'])}."
+        lines.append(text)
+    if not humans["graded"]:
+        lines.append("**Human players:** no human episodes yet: play one in the Play tab.")
+    else:
+        players = humans["players"]
+        text = (f"**Human players** ({players} player{'s' if players != 1 else ''}, all together): "
+                + safe.markdown(f"full fixes {_ci(humans['full_fix'], humans['full_fix_low'], humans['full_fix_high'], '.0%')}, "
+                                f"mean reward {_ci(humans['reward'], humans['reward_low'], humans['reward_high'], '+.3f')}, "
+                                f"n = {humans['graded']}"))
+        people = ranked[ranked["player"] != ""]
+        if not people.empty:
+            top = people.iloc[0]
+            text += f"; best: **{safe.markdown(top['player'])}**, " + safe.markdown(
+                f"mean reward {top['reward']:+.3f} over {top['graded']} episode{'s' if top['graded'] != 1 else ''}")
+        lines.append(text + ".")
+    validation = board[(board["standing"] == "validation") & (board["graded"] > 0)]
+    if not validation.empty:
+        oracle = validation.iloc[0]
+        lines.append(f"**Validation:** {_who(oracle)} applies each scenario's reference fix and gets "
+                     + safe.markdown(f"{oracle['full_fix']:.0%} full fixes over {oracle['graded']} scenarios")
+                     + ": the grader accepts the intended repair. It is not ranked.")
+    return "\n\n".join(lines)
+
+
+# ----- the controller ----------------------------------------------------------------------------------
 class DashboardController:
     """The Dashboard tab's actions; each returns a dict of named outputs (see :func:`build`)."""
 
     def __init__(self, hub: SessionHub, artifacts: Path) -> None:
-        self.artifacts = artifacts
+        self.artifacts = Path(artifacts)
         self.cache = hub.runtime.cache
         self.domains = scenario_domains(self.cache)
         self.manifest = data.manifest_frame(self.cache.rows)
-        self._frames: dict[tuple[Any, ...], pd.DataFrame] = {}
+        logger = getattr(hub.runtime, "logger", None)
+        self.human_log: Path | None = Path(logger.path) if getattr(logger, "path", None) else None
+        self._frames: OrderedDict[tuple[Any, ...], pd.DataFrame] = OrderedDict()
+        self._derived: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
         self.training = training_panel.TrainingPanel(artifacts)
         self.failures = failure_panel.FailurePanel(artifacts, lambda: serving_weights(hub))
 
+    # ----- what there is to show ---------------------------------------------------------------
     def rollout_sets(self) -> dict[str, artifact_sets.RolloutSet]:
-        return {s.name: s for s in artifact_sets.discover(self.artifacts)}
+        """Every rollout set under the artifacts folder, and the Space's own human log wherever it is
+        (``A01_HUMAN_LOG``): it replaces the default ``artifacts/human`` log this Space is not writing."""
+        found = artifact_sets.discover(self.artifacts)
+        live = self.human_log
+        if live is not None and not any(_same_file(s.path, live) for s in found):
+            default = self.artifacts / "human" / "episodes.jsonl"
+            found = [s for s in found if not (s.name == HUMAN and _same_file(s.path, default))]
+            name = HUMAN if all(s.name != HUMAN for s in found) else LIVE_HUMAN
+            found.append(artifact_sets.RolloutSet(name=name, path=live, kind="human", label=HUMAN_LABEL))
+            found.sort(key=lambda s: (artifact_sets.KINDS.index(s.kind), s.name))
+        return {s.name: s for s in found}
 
-    def frame(self, names: list[str] | None) -> pd.DataFrame:
-        """One row per episode of the chosen sets (cached until a log changes)."""
-        sets = self.rollout_sets()
-        # A request may send any list: only known sets, each once, key the cache (at most 17 entries).
-        chosen = [sets[name] for name in dict.fromkeys(names or []) if name in sets]
-        key = tuple((s.name, artifact_sets.file_version(s)) for s in chosen)
+    @staticmethod
+    def version(sets: dict[str, artifact_sets.RolloutSet]) -> str:
+        """The file versions of every set's log, as a short string a page keeps (``gr.State``)."""
+        return repr(hash(tuple((name, artifact_sets.file_version(s)) for name, s in sorted(sets.items()))))
+
+    def _memo(self, key: tuple[Any, ...], compute: Callable[[], Any], *, frames: bool = False) -> Any:
+        """``compute()`` cached under ``key``, in an LRU of :data:`FRAME_ENTRIES` episode frames (with
+        ``frames``) or of :data:`DERIVED_ENTRIES` things derived from them. Keys hold file versions and
+        known names only, so what a request sends cannot grow them."""
+        cache, bound = (self._frames, FRAME_ENTRIES) if frames else (self._derived, DERIVED_ENTRIES)
         with self._lock:
-            frame = self._frames.get(key)
-        if frame is None:
-            frame = data.episode_frame({s.name: artifact_sets.load_records(s) for s in chosen}, self.domains)
-            with self._lock:
-                if len(self._frames) > 16:
-                    self._frames.clear()
-                self._frames[key] = frame
-        return frame
+            if key in cache:
+                cache.move_to_end(key)
+                return cache[key]
+        # Computed outside the lock: a slow first draw must not block every other visitor.
+        value = compute()
+        with self._lock:
+            cache[key] = value
+            while len(cache) > bound:
+                cache.popitem(last=False)
+        return value
+
+    def _key(self, names: list[str] | None, sets: dict[str, artifact_sets.RolloutSet]) -> tuple[Any, ...]:
+        # A request may send any list: only known sets, each once, in the page's order, key the caches.
+        wanted = set(names or [])
+        return tuple((name, artifact_sets.file_version(sets[name])) for name in sets if name in wanted)
+
+    def set_frame(self, rollout_set: artifact_sets.RolloutSet) -> pd.DataFrame:
+        """One row per kept episode of one set, cached per file version of its log: a visitor's new
+        episode re-reads the human log alone, never the evaluation runs."""
+        key = (rollout_set.name, artifact_sets.file_version(rollout_set))
+        return self._memo(key, lambda: data.episode_frame({rollout_set.name: artifact_sets.load_records(rollout_set)},
+                                                          self.domains), frames=True)
+
+    def frame(self, names: list[str] | None, sets: dict[str, artifact_sets.RolloutSet] | None = None) -> pd.DataFrame:
+        """One row per episode of the chosen sets, in the page's order (their frames put together)."""
+        sets = self.rollout_sets() if sets is None else sets
+        key = self._key(names, sets)
+
+        def compute() -> pd.DataFrame:
+            parts = [self.set_frame(sets[name]) for name, _ in key]
+            return pd.concat(parts, ignore_index=True) if parts else data.episode_frame({})
+
+        return self._memo(("frame", key), compute)
+
+    def info(self, sets: dict[str, artifact_sets.RolloutSet]) -> dict[str, data.SetInfo]:
+        return {name: set_info(s) for name, s in sets.items()}
+
+    def board(self, names: list[str] | None, sets: dict[str, artifact_sets.RolloutSet]) -> pd.DataFrame:
+        """The leaderboard of the chosen sets (:func:`ui.data.rank_entrants`), from each set's rows,
+        computed (with their bootstrap intervals) once per file version of its log."""
+        key = self._key(names, sets)
+
+        def rows(name: str) -> pd.DataFrame:
+            about = set_info(sets[name])
+            return self._memo(("rows", name, artifact_sets.file_version(sets[name]), about),
+                              lambda: data.entrant_rows(self.set_frame(sets[name]), {name: about}))
+
+        def compute() -> pd.DataFrame:
+            parts = [rows(name) for name, _ in key]
+            return data.rank_entrants(pd.concat(parts, ignore_index=True) if parts else data.entrant_rows(
+                data.episode_frame({}), {}))
+
+        return self._memo(("board", key), compute)
+
+    def set_rates(self, rollout_set: artifact_sets.RolloutSet, by: str, measure: str) -> pd.DataFrame:
+        """:func:`ui.data.rate_table` of one set, cached per file version of its log (intervals per
+        set and slice do not depend on the other sets shown)."""
+        key = ("rates-of", rollout_set.name, artifact_sets.file_version(rollout_set), by, measure)
+        return self._memo(key, lambda: data.rate_table(self.set_frame(rollout_set), by, measure))
+
+    def colors(self, sets: dict[str, artifact_sets.RolloutSet] | None = None) -> dict[str, str]:
+        """One colour per rollout set, the same in every chart whichever sets are shown."""
+        return charts.set_colors(self.rollout_sets() if sets is None else sets)
 
     # ----- actions -----------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
-        sets = list(self.rollout_sets().values())
-        choices = [(s.label, s.name) for s in sets]
-        names = [s.name for s in sets]
-        base, other = default_pair(sets)
+        """The page load: every output of the tab."""
+        sets = self.rollout_sets()
+        listed = list(sets.values())
+        choices = [(s.label, s.name) for s in listed]
+        names = default_shown(listed)
+        base, other = default_pair(listed)
         return {"sets": gr.update(choices=choices, value=names),
                 "base": gr.update(choices=choices, value=base), "other": gr.update(choices=choices, value=other),
                 **self.training.refresh(), **self.failures.refresh(),
-                **self.draw(names, "Bug class", "Full fix"), **self.delta(names, base, other, "Reward")}
+                **self._everything(sets, names, "Bug class", "Full fix", base, other, "Reward")}
 
-    def draw(self, names: list[str] | None, dimension: str, metric: str) -> dict[str, Any]:
-        frame = self.frame(names)
+    def _everything(self, sets: dict[str, artifact_sets.RolloutSet], names: list[str], dimension: str, metric: str,
+                    base: str | None, other: str | None, delta_metric: str) -> dict[str, Any]:
+        return {"headline": self.headline(sets), "seen": self.version(sets),
+                **self.draw(names, dimension, metric, sets=sets), **self.delta(names, base, other, delta_metric)}
+
+    def headline(self, sets: dict[str, artifact_sets.RolloutSet] | None = None) -> str:
+        """The headline card over every set (whatever the page shows), cached per file versions."""
+        sets = self.rollout_sets() if sets is None else sets
+        names = list(sets)
+
+        def compute() -> str:
+            frame = self.frame(names, sets)
+            humans = frame[frame["set"].isin([n for n, s in sets.items() if s.kind == "human"])]
+            scripted = {n for n in sets if n.rsplit("/", 1)[-1] in SCRIPTED}
+            return headline_markdown(self.board(names, sets), data.pooled_stats(humans), scripted)
+
+        return self._memo(("headline", self._key(names, sets)), compute)
+
+    def on_open(self, seen: str | None, names: list[str] | None, dimension: str, metric: str, base: str | None,
+                other: str | None, delta_metric: str) -> dict[str, Any]:
+        """The tab was opened: redraw what depends on the rollout logs when one changed since the page
+        last drew them (``seen``), say a visitor just finished an episode; otherwise nothing."""
+        sets = self.rollout_sets()
+        if seen == self.version(sets):
+            return {}
+        listed = list(sets.values())
+        choices = [(s.label, s.name) for s in listed]
+        shown = [name for name in names or [] if name in sets]
+        if not shown:
+            shown = default_shown(listed)
+        elif any(s.kind == "human" for s in listed) and not any(sets[n].kind == "human" for n in shown):
+            shown += [s.name for s in listed if s.kind == "human"]  # the page that played sees its episode
+        return {"sets": gr.update(choices=choices, value=shown), "base": gr.update(choices=choices),
+                "other": gr.update(choices=choices),
+                **self._everything(sets, shown, dimension, metric, base, other, delta_metric)}
+
+    def draw(self, names: list[str] | None, dimension: str, metric: str, *,
+             sets: dict[str, artifact_sets.RolloutSet] | None = None) -> dict[str, Any]:
+        """The chosen sets changed: the leaderboard and every chart of them."""
+        sets = self.rollout_sets() if sets is None else sets
+        key = self._key(names, sets)
+
+        def compute() -> dict[str, Any]:
+            board = self.board(names, sets)
+            info = self.info(sets)
+            shown = display_names(info)
+            rows = {**shown, **{e: n for e, n in zip(board["entrant"], board["name"]) if e not in shown}}
+            frame = self.frame(names, sets)
+            order = list(dict.fromkeys(board["set"]))  # sets in leaderboard order, best first
+            means = data.component_means(frame)
+            means = means.set_index("set").loc[[s for s in order if s in set(means["set"])]].reset_index()
+            rewards = pd.concat([self.set_rates(sets[name], "overall", "reward") for name in order] or
+                                [data.rate_table(frame, "overall", "reward")], ignore_index=True)
+            return {"leaderboard": data.leaderboard_display(board),
+                    "outcomes": charts.outcome_chart(data.outcome_table(frame, list(board["entrant"])), names=rows),
+                    "components": charts.component_chart(means, rewards=rewards, names=shown)}
+
+        # Colours and display names depend on every set there is, not only the chosen ones.
+        return {**self._memo(("draw", key, tuple(sets)), compute), **self.rates(names, dimension, metric, sets=sets)}
+
+    def rates(self, names: list[str] | None, dimension: str, metric: str, *,
+              sets: dict[str, artifact_sets.RolloutSet] | None = None) -> dict[str, Any]:
+        """A dimension or measure toggle: the rates chart alone."""
+        sets = self.rollout_sets() if sets is None else sets
         by, measure = DIMENSIONS.get(dimension, "bug_class"), RATE_METRICS.get(metric, "full_fix")
-        colors = self.colors()
-        return {
-            "leaderboard": data.leaderboard_display(data.set_summary(frame)),
-            "rates": charts.rate_chart(data.rate_table(frame, by, measure), by=by, metric=measure, colors=colors),
-            "components": charts.component_chart(data.component_frame(frame), colors=colors),
-        }
+        key = self._key(names, sets)
 
-    def colors(self) -> dict[str, str]:
-        """One colour per rollout set, the same in every chart whichever sets are shown."""
-        return charts.set_colors(self.rollout_sets())
+        def compute() -> Any:
+            order = list(dict.fromkeys(self.board(names, sets)["set"]))  # best set first
+            parts = [self.set_rates(sets[name], by, measure) for name in order]
+            table = pd.concat(parts, ignore_index=True) if parts else data.rate_table(data.episode_frame({}), by, measure)
+            return charts.rate_chart(table, by=by, metric=measure, colors=self.colors(sets),
+                                     names=display_names(self.info(sets)))
+
+        return {"rates": self._memo(("rates", key, tuple(sets), by, measure), compute)}
 
     def delta(self, names: list[str] | None, base: str | None, other: str | None, metric: str) -> dict[str, Any]:
         measure = DELTA_METRICS.get(metric, "reward")
         if not base or not other or base == other:
             message = "Pick two different rollout sets to compare."
             return {"delta": charts.empty_figure(message), "delta_text": message}
-        frame = self.frame(sorted({base, other}))
-        table = data.paired_delta_table(frame, base, other, measure)
         sets = self.rollout_sets()
+        if base not in sets or other not in sets:
+            message = "Pick two rollout sets that exist."
+            return {"delta": charts.empty_figure(message), "delta_text": message}
+        key = ("delta", base, artifact_sets.file_version(sets[base]), other, artifact_sets.file_version(sets[other]),
+               measure, tuple(sets))
+        return self._memo(key, lambda: self._delta(sets, base, other, measure))
+
+    def _delta(self, sets: dict[str, artifact_sets.RolloutSet], base: str, other: str, measure: str) -> dict[str, Any]:
+        shown = display_names(self.info(sets))
+        frame = self.frame([base, other], sets)
+        table = data.paired_delta_table(frame, base, other, measure)
         result = compare(artifact_sets.load_records(sets[base]), artifact_sets.load_records(sets[other]))
         d = result["reward_difference"]
-        a, b = safe.markdown(other), safe.markdown(base)
+        a, b = safe.markdown(shown[other]), safe.markdown(shown[base])
         text = (f"**{a}** against **{b}** on {result['scenarios']} scenarios both played: mean reward "
                 + safe.markdown(f"{result['other_mean_reward']:+.3f} vs {result['base_mean_reward']:+.3f}, difference "
                                 f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95% paired bootstrap); "
                                 f"full fixes {result['full_fix']['other']:.0f} vs {result['full_fix']['base']:.0f}")
                 + f" (only {a}: {result['full_fix']['only_other']}, only {b}: {result['full_fix']['only_base']})."
                 if result["scenarios"] else f"{b} and {a} have no scenario in common.")
-        return {"delta": charts.delta_chart(table, base=base, other=other, metric=measure, colors=self.colors()),
+        return {"delta": charts.delta_chart(table, base=base, other=other, metric=measure, colors=self.colors(sets),
+                                            names=shown),
                 "delta_text": text}
 
     def scenarios(self, split: str, tier: str, bug_class: str, domain: str, text: str) -> dict[str, Any]:
         frame = data.filter_manifest(self.manifest, split=split, tier=None if tier in (None, "", ANY) else int(tier),
                                      bug_class=bug_class, domain=domain, text=text or None)
-        return {"browser": frame, "browser_count": f"{len(frame)} of {len(self.manifest)} scenarios"}
+        return {"browser": frame.head(BROWSER_ROWS), "browser_count": browser_count(len(frame), len(self.manifest))}
+
+
+def browser_count(matching: int, total: int) -> str:
+    """What the scenario browser lists: how many match, and that only the first ones are shown."""
+    shown = f"; the first {BROWSER_ROWS} are listed: filter to narrow" if matching > BROWSER_ROWS else ""
+    return f"{matching} of {total} scenarios{shown}"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _caption(name: str) -> None:
+    gr.Markdown(CAPTIONS[name], elem_classes=["a01-caption"])
 
 
 def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
@@ -149,23 +463,35 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
     ctrl = DashboardController(hub, artifacts)
     manifest = ctrl.manifest
     c: dict[str, Any] = {}
-    c["sets"] = gr.CheckboxGroup([], label="Rollout sets shown", elem_id="dash-sets")
-    c["leaderboard"] = gr.Dataframe(pd.DataFrame(), label="Leaderboard (oracle: validation only, not a competitor)",
-                                    elem_id="dash-leaderboard")
+    c["headline"] = safe.markdown_component(f"### The A01 repair gym in 30 seconds\n\n{INTRO}", elem_id="dash-headline",
+                                            container=True)
+    c["seen"] = gr.State("")
+    _caption("leaderboard")
+    c["leaderboard"] = gr.Dataframe(pd.DataFrame(columns=list(data.LEADERBOARD_HEADERS)), label="Leaderboard",
+                                    elem_id="dash-leaderboard", interactive=False, wrap=True, max_height=720,
+                                    column_widths=list(LEADERBOARD_WIDTHS))
+    c["sets"] = gr.CheckboxGroup([], label="Rollout sets shown in the leaderboard and the charts below",
+                                 elem_id="dash-sets")
+    _caption("outcomes")
+    c["outcomes"] = gr.Plot(label="How the episodes ended", elem_id="dash-outcomes", show_label=False)
+    _caption("rates")
     with gr.Row():
         c["dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by", elem_id="dash-dimension")
-        c["metric"] = gr.Radio(list(RATE_METRICS), value="Full fix", label="Measure")
-    c["rates"] = gr.Plot(label="Rates by slice, with 95% bootstrap intervals", elem_id="dash-rates")
-    c["components"] = gr.Plot(label="Reward components", elem_id="dash-components")
+        c["metric"] = gr.Radio(list(RATE_METRICS), value="Full fix", label="Measure", elem_id="dash-metric")
+    c["rates"] = gr.Plot(label="Rates by slice, with 95% bootstrap intervals", elem_id="dash-rates", show_label=False)
+    _caption("components")
+    c["components"] = gr.Plot(label="Reward components", elem_id="dash-components", show_label=False)
     gr.Markdown("#### Compare two sets")
+    _caption("delta")
     with gr.Row():
         c["base"] = gr.Dropdown([], label="Baseline set", elem_id="dash-base")
         c["other"] = gr.Dropdown([], label="Compared set", elem_id="dash-other")
         c["delta_metric"] = gr.Radio(list(DELTA_METRICS), value="Reward", label="Difference in")
     c["delta_text"] = safe.markdown_component("", elem_id="dash-delta-text")
-    c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta")
-    c.update(training_panel.build())
-    c.update(failure_panel.build())
+    c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta",
+                         show_label=False)
+    c.update(training_panel.build(caption=CAPTIONS["training"]))
+    c.update(failure_panel.build(caption=CAPTIONS["failures"]))
     gr.Markdown("#### Scenario browser (choose a row to play it)")
     with gr.Row():
         c["f_split"] = gr.Dropdown([ANY, "train", "val", "test"], value=ANY, label="Split")
@@ -173,18 +499,21 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
         c["f_bug"] = gr.Dropdown([ANY, *sorted(manifest["bug_class"].unique())], value=ANY, label="Bug class")
         c["f_domain"] = gr.Dropdown([ANY, *sorted(manifest["domain"].unique())], value=ANY, label="Domain")
         c["f_text"] = gr.Textbox(label="Id prefix or title contains")
-    c["browser_count"] = gr.Markdown(f"{len(manifest)} of {len(manifest)} scenarios")
-    c["browser"] = gr.Dataframe(manifest, label="Scenarios in the cache", elem_id="dash-browser", max_height=420)
+    c["browser_count"] = gr.Markdown(browser_count(len(manifest), len(manifest)))
+    c["browser"] = gr.Dataframe(manifest.head(BROWSER_ROWS), label="Scenarios in the cache", elem_id="dash-browser",
+                                max_height=420)
 
     draw_inputs = ["sets", "dimension", "metric"]
-    for trigger in draw_inputs:
-        wire(c[trigger].input, ctrl.draw, c, draw_inputs, ["leaderboard", "rates", "components"])
+    wire(c["sets"].input, ctrl.draw, c, draw_inputs, ["leaderboard", "outcomes", "rates", "components"])
+    for trigger in ("dimension", "metric"):  # served from caches in milliseconds: no queue
+        wire(c[trigger].input, ctrl.rates, c, draw_inputs, ["rates"], **QUICK)
     delta_inputs = ["sets", "base", "other", "delta_metric"]
     for trigger in delta_inputs[1:]:
         wire(c[trigger].input, ctrl.delta, c, delta_inputs, ["delta", "delta_text"])
     fail_inputs = ["fail_analysis", "fail_dimension"]
-    for trigger in fail_inputs:
-        wire(c[trigger].input, ctrl.failures.draw, c, fail_inputs, ["failures", "fail_chart", "fail_examples", "weights"])
+    for trigger in fail_inputs:  # an analysis read once per file version: milliseconds, no queue
+        wire(c[trigger].input, ctrl.failures.draw, c, fail_inputs, ["failures", "fail_chart", "fail_examples", "weights"],
+             **QUICK)
     train_inputs = ["train_runs", "train_metrics"]
     for trigger in train_inputs:
         wire(c[trigger].input, ctrl.training.draw, c, train_inputs, ["train_curves", "train_text"])
@@ -193,3 +522,15 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
         wire(c[trigger].input, ctrl.scenarios, c, filters, ["browser", "browser_count"])
     c["controller"] = ctrl
     return c
+
+
+OPEN_INPUTS = ["seen", "sets", "dimension", "metric", "base", "other", "delta_metric"]
+OPEN_CHANGES = ["sets", "base", "other", "headline", "seen", "leaderboard", "outcomes", "rates", "components",
+                "delta", "delta_text"]
+
+
+def bind_tab(tab: Any, components: dict[str, Any]) -> None:
+    """Redraw the dashboard when its ``tab`` is selected and a rollout log changed since the page drew
+    it (:meth:`DashboardController.on_open`): after a visitor plays, their episode is there."""
+    wire(tab.select, components["controller"].on_open, components, OPEN_INPUTS, OPEN_CHANGES, **QUICK)
+

@@ -15,13 +15,23 @@ Choices:
 * Sets keep the order they are given in (the caller decides: trained first, validation last); groups
   and slices are sorted. Columns are fixed even when there is nothing to show, so an empty
   selection gives an empty table with the right headers rather than an error.
+* The leaderboard ranks *entrants*, not files: every set is one entrant, except that the episodes
+  of human players (agent id ``human:<name>``) are one entrant per player, named as the player named
+  themselves, with anonymous players pooled (:func:`player_name`). Entrants are ranked by mean
+  reward, then full-fix rate; the oracle's validation runs, training rollouts and entrants with no
+  graded episode are listed after the ranked ones, never ranked (:class:`SetInfo` says which).
+* Every share that is drawn stacked (:func:`outcome_table`) is a count over *all* kept episodes of
+  its row, with one category for every episode, those without a grade included: a stacked bar
+  always reaches exactly 100%.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -30,7 +40,8 @@ from envcore.agents.evaluate import BOOTSTRAP_SAMPLES, METRICS, bootstrap_ci, ep
 from envcore.env.episode_log import EpisodeRecord
 
 COMPONENT_PREFIX = "component:"
-BASE_COLUMNS = ("set", "agent_id", "episode_id", "scenario_id", "bug_class", "tier", "domain", "outcome", "graded")
+BASE_COLUMNS = ("set", "agent_id", "episode_id", "scenario_id", "bug_class", "tier", "domain", "outcome", "graded",
+                "player")
 EPISODE_COLUMNS = BASE_COLUMNS + METRICS
 """:func:`episode_frame`'s columns before the ``component:<name>`` ones."""
 
@@ -62,10 +73,43 @@ def _empty(columns: Sequence[str], dtypes: Mapping[str, str] | None = None) -> p
     return pd.DataFrame({column: pd.Series(dtype=(dtypes or {}).get(column, "object")) for column in columns})
 
 
+HUMAN_PREFIX = "human:"
+ANONYMOUS = "anonymous players"
+"""The one leaderboard row that pools the human players who gave no name."""
+_SESSION_PREFIX = re.compile(r"[A-Za-z0-9_-]{8}")
+_WORDLIKE = re.compile(r"(?:[A-Z]?[a-z]+)+[_.-]?[0-9]*|[a-z]+[_.-]?[a-z0-9]*|[0-9]+")
+
+
+def player_name(agent_id: str) -> str:
+    """Who played a human episode: the name after ``human:``, :data:`ANONYMOUS` for a player who gave
+    none, ``""`` for an episode that is not a human's.
+
+    The Play tab writes ``human:<name>`` (the name reduced to ``[A-Za-z0-9_.-]``) or, with no name,
+    ``human:anon-<the first 8 characters of the session token>``. Logs written before it said ``anon-``
+    held the bare prefix, which the id does not tell from a name: for those, a session
+    token is URL-safe base64: 8 characters that mix at least two of upper case, lower case and digits
+    or ``_-``, in no word-like order, count as anonymous (about 96% of session prefixes do; the rest
+    are listed as players with a token for a name), as do an empty name and one starting with
+    ``anon``. A name that happens to look like a token (``xK3_q9Zp``) is pooled too: that is the price
+    of not listing every anonymous session as a player."""
+    if not agent_id.startswith(HUMAN_PREFIX):
+        return ""
+    name = agent_id[len(HUMAN_PREFIX):].strip()
+    if not name or name.lower().startswith("anon"):
+        return ANONYMOUS
+    if _SESSION_PREFIX.fullmatch(name) and not _WORDLIKE.fullmatch(name):
+        classes = (any(c.isupper() for c in name), any(c.islower() for c in name),
+                   any(c.isdigit() or c in "_-" for c in name))
+        if sum(classes) >= 2:
+            return ANONYMOUS
+    return name
+
+
 def episode_frame(sets: Mapping[str, Iterable[EpisodeRecord]], domains: Mapping[str, str] | None = None) -> pd.DataFrame:
     """One row per kept episode of each set (see the module docstring): :data:`EPISODE_COLUMNS`, then
     one ``component:<name>`` column per reward component met (its ``value``, the share of the reward it
-    contributed; NaN where the episode has no such component)."""
+    contributed; NaN where the episode has no such component). ``player`` is :func:`player_name` of
+    the episode's agent (``""`` unless a human played it)."""
     rows: list[dict[str, Any]] = []
     components: dict[str, None] = {}  # insertion-ordered set: columns in the order components first appear
     for set_name, records in sets.items():
@@ -75,7 +119,7 @@ def episode_frame(sets: Mapping[str, Iterable[EpisodeRecord]], domains: Mapping[
                 "set": set_name, "agent_id": record.agent_id, "episode_id": record.episode_id,
                 "scenario_id": record.scenario_id, "bug_class": record.bug_class, "tier": int(record.tier),
                 "domain": (domains or {}).get(record.scenario_id, "unknown"), "outcome": record.outcome,
-                "graded": metrics is not None,
+                "graded": metrics is not None, "player": player_name(record.agent_id),
                 **{metric: (metrics or {}).get(metric, math.nan) for metric in METRICS},
             }
             if metrics is not None:
@@ -232,19 +276,228 @@ def set_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
-def leaderboard_display(summary: pd.DataFrame) -> pd.DataFrame:
-    """:func:`set_summary` as people read it: rates as percentages, reward with three decimals and a
-    sign, steps with one decimal, and readable headers (the numbers stay in :func:`set_summary`)."""
-    def percent(value: float) -> str:
-        return "" if math.isnan(value) else f"{value:.0%}"
+STANDINGS = ("ranked", "unranked", "validation")
+"""Where an entrant stands on the leaderboard, in display order."""
 
-    return pd.DataFrame({
-        "set": summary["set"],
-        "episodes": summary["episodes"],
-        "graded": summary["graded"],
-        "full fix": [percent(v) for v in summary["full_fix"]],
-        "partial": [percent(v) for v in summary["partial"]],
-        "mean reward": ["" if math.isnan(v) else f"{v:+.3f}" for v in summary["reward"]],
-        "steps": ["" if math.isnan(v) else f"{v:.1f}" for v in summary["steps"]],
-        "invalid steps": [percent(v) for v in summary["invalid_rate"]],
-    })
+
+@dataclass(frozen=True)
+class SetInfo:
+    """What the leaderboard needs to know about a rollout set beyond its episodes."""
+
+    label: str
+    """The set in words (``Heuristic baseline (scripted) · evals/v2``): what it is, ``·``, where from."""
+    kind: str = "other"
+    """``trained``, ``baseline``, ``human``, ``validation`` or ``other`` (:data:`ui.artifact_sets.KINDS`)."""
+    caveat: str = ""
+    """Why its numbers say little about skill (a model too small to play), or ``""``."""
+    standing: str = "ranked"
+    """One of :data:`STANDINGS`: the oracle is ``validation``; training rollouts (not a held-out
+    evaluation) are ``unranked``."""
+    note: str = ""
+    """Why it is not ranked, in words (shown beside it)."""
+
+    @property
+    def words(self) -> str:
+        """What the set is, without where it comes from or its caveat."""
+        return self.label.split(" · ")[0]
+
+    @property
+    def where(self) -> str:
+        """Where the set comes from (``evals/v2``, ``this Space``), from its label."""
+        parts = self.label.split(" · ")[1:]
+        return " · ".join(p for p in parts if p != self.caveat)
+
+
+LEADERBOARD_COLUMNS = ("entrant", "set", "player", "name", "where", "kind", "standing", "rank", "note", "caveat",
+                       "episodes", "graded", "reward", "reward_low", "reward_high", "full_fix", "full_fix_low",
+                       "full_fix_high", "partial", "steps", "invalid_rate")
+"""``entrant`` keys a row (the set's name, or ``<set> · <player>`` for a human player); ``rank`` is 1,
+2 ... for ranked entrants and 0 for the others; the ``*_low``/``*_high`` columns are 95% bootstrap
+intervals of the mean over graded episodes."""
+
+
+def entrant_of(set_name: str, player: str) -> str:
+    """The key of the leaderboard row an episode counts in: its set, or its set and human player."""
+    return f"{set_name} · {player}" if player else set_name
+
+
+def entrants(frame: pd.DataFrame) -> pd.Series:
+    """:func:`entrant_of` for every row of an :func:`episode_frame`."""
+    if frame.empty:
+        return pd.Series([], dtype="object", index=frame.index)
+    return pd.Series([entrant_of(s, p) for s, p in zip(frame["set"], frame["player"])], index=frame.index)
+
+
+def _info(info: Mapping[str, SetInfo], set_name: str) -> SetInfo:
+    return info.get(set_name) or SetInfo(label=set_name)
+
+
+def _entrant_stats(rows: pd.DataFrame, seed: int, samples: int) -> dict[str, Any]:
+    graded = rows[rows["graded"]]
+    reward, reward_low, reward_high = _mean_ci(graded["reward"].tolist(), seed, samples)
+    fix, fix_low, fix_high = _mean_ci(graded["full_fix"].tolist(), seed, samples)
+    def mean(column: str) -> float:
+        return float(graded[column].mean()) if len(graded) else math.nan
+
+    return {"episodes": len(rows), "graded": len(graded), "reward": reward, "reward_low": reward_low,
+            "reward_high": reward_high, "full_fix": fix, "full_fix_low": fix_low, "full_fix_high": fix_high,
+            "partial": mean("partial"), "steps": mean("steps"), "invalid_rate": mean("invalid_rate")}
+
+
+def entrant_rows(frame: pd.DataFrame, info: Mapping[str, SetInfo], *, seed: int = 0,
+                 samples: int = BOOTSTRAP_SAMPLES) -> pd.DataFrame:
+    """One unranked leaderboard row per entrant of ``frame`` (:data:`LEADERBOARD_COLUMNS`, ``rank`` 0),
+    in frame order. A set's rows depend on its episodes alone, so a caller may compute them per set
+    and :func:`rank_entrants` any selection of them. ``info`` describes each set (a set it does not
+    name is ranked, labelled by its name)."""
+    rows = []
+    keys = entrants(frame)
+    for entrant in dict.fromkeys(keys):
+        part = frame[keys == entrant]
+        set_name, player = part["set"].iloc[0], part["player"].iloc[0]
+        about = _info(info, set_name)
+        stats = _entrant_stats(part, seed, samples)
+        standing, note = about.standing, about.note
+        if standing == "ranked" and not stats["graded"]:
+            standing, note = "unranked", "no graded episode"
+        if player:
+            sessions = part["agent_id"].nunique()
+            name = (f"{ANONYMOUS} ({sessions} session{'s' if sessions != 1 else ''})" if player == ANONYMOUS
+                    else f"{player} (human player)")
+        else:
+            name = about.words
+        rows.append({"entrant": entrant, "set": set_name, "player": player, "name": name, "where": about.where,
+                     "kind": about.kind, "standing": standing, "rank": 0, "note": note, "caveat": about.caveat,
+                     **stats})
+    if not rows:
+        return _empty(LEADERBOARD_COLUMNS, {"rank": "int64", "episodes": "int64", "graded": "int64",
+                                            **{c: "float64" for c in LEADERBOARD_COLUMNS[12:]}})
+    return pd.DataFrame(rows, columns=list(LEADERBOARD_COLUMNS))
+
+
+def rank_entrants(rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`entrant_rows` (of one or several sets, concatenated) sorted and ranked: ranked entrants
+    first, by mean reward then full-fix rate (higher first, then by name), numbered 1, 2 ...; then
+    the unranked (training rollouts, nothing graded) and the validation runs, with rank 0."""
+    if rows.empty:
+        return rows.reset_index(drop=True)
+
+    def order(row: pd.Series) -> tuple[Any, ...]:
+        reward, fix = row["reward"], row["full_fix"]
+        return (STANDINGS.index(row["standing"]), -(reward if not math.isnan(reward) else -math.inf),
+                -(fix if not math.isnan(fix) else -math.inf), row["name"], row["entrant"])
+
+    ordered = sorted((row for _, row in rows.iterrows()), key=order)
+    table = pd.DataFrame(ordered, columns=list(LEADERBOARD_COLUMNS)).reset_index(drop=True)
+    ranked = table["standing"] == "ranked"
+    table["rank"] = 0
+    table.loc[ranked, "rank"] = range(1, int(ranked.sum()) + 1)
+    return table.astype({"rank": "int64", "episodes": "int64", "graded": "int64"})
+
+
+def leaderboard_table(frame: pd.DataFrame, info: Mapping[str, SetInfo], *, seed: int = 0,
+                      samples: int = BOOTSTRAP_SAMPLES) -> pd.DataFrame:
+    """The ranked leaderboard of the module docstring (:data:`LEADERBOARD_COLUMNS`, one row per
+    entrant): :func:`rank_entrants` of :func:`entrant_rows`."""
+    return rank_entrants(entrant_rows(frame, info, seed=seed, samples=samples))
+
+
+def pooled_stats(frame: pd.DataFrame, *, seed: int = 0, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
+    """The leaderboard's numbers (episodes, graded, reward and full-fix rate with intervals ...) over
+    every row of ``frame`` taken together, plus ``players``: the distinct human players in it."""
+    humans = frame[frame["player"] != ""]
+    named = humans.loc[humans["player"] != ANONYMOUS, "player"].nunique()
+    anonymous = humans.loc[humans["player"] == ANONYMOUS, "agent_id"].nunique()  # one per session
+    return {**_entrant_stats(frame, seed, samples), "players": int(named + anonymous)}
+
+
+OUTCOMES = {
+    "full_fix": "full fix",
+    "partial": "partial fix",
+    "not_fixed": "not fixed",
+    "budget": "step budget ran out, not fixed",
+    "not_graded": "not graded (infrastructure error)",
+}
+"""How an episode ended, in stacking order: every kept episode is in exactly one of these."""
+OUTCOME_COLUMNS = ("entrant", "outcome", "count", "episodes", "share")
+
+
+def outcome_of(graded: bool, full_fix: float, partial: float, outcome: str) -> str:
+    """The :data:`OUTCOMES` key of one episode: ungraded first, then the resolution, then whether the
+    step budget ran out."""
+    if not graded:
+        return "not_graded"
+    if full_fix == 1.0:
+        return "full_fix"
+    if partial == 1.0:
+        return "partial"
+    return "budget" if outcome == "budget_exhausted" else "not_fixed"
+
+
+def outcome_table(frame: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
+    """How each entrant's episodes ended: :data:`OUTCOME_COLUMNS`, one row per (entrant, outcome of
+    :data:`OUTCOMES`), zeros included, so each entrant's shares sum to exactly 1 (counts over all its
+    kept episodes). Entrants in ``order`` (e.g. the leaderboard's; those not in it are left out), or
+    in frame order."""
+    if frame.empty:
+        return _empty(OUTCOME_COLUMNS, {"count": "int64", "episodes": "int64", "share": "float64"})
+    keys = entrants(frame)
+    kinds = pd.Series([outcome_of(g, f, p, o) for g, f, p, o in
+                       zip(frame["graded"], frame["full_fix"], frame["partial"], frame["outcome"])], index=frame.index)
+    counts = pd.crosstab(keys, kinds)
+    shown = [e for e in (order if order is not None else dict.fromkeys(keys)) if e in counts.index]
+    rows = []
+    for entrant in shown:
+        total = int(counts.loc[entrant].sum())
+        for outcome in OUTCOMES:
+            count = int(counts.loc[entrant].get(outcome, 0))
+            rows.append({"entrant": entrant, "outcome": outcome, "count": count, "episodes": total,
+                         "share": count / total})
+    return pd.DataFrame(rows, columns=list(OUTCOME_COLUMNS))
+
+
+COMPONENT_MEAN_COLUMNS = ("set", "component", "mean", "n")
+
+
+def component_means(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each set's mean contribution of every reward component over its graded episodes (a component
+    an episode lacks counts 0 there): :data:`COMPONENT_MEAN_COLUMNS`. The components of a set sum to
+    its mean reward before clipping to [-1, 1]."""
+    columns = component_columns(frame)
+    graded = frame[frame["graded"]]
+    if graded.empty or not columns:
+        return _empty(COMPONENT_MEAN_COLUMNS, {"mean": "float64", "n": "int64"})
+    means = graded[["set", *columns]].fillna(0.0).groupby("set", sort=False).mean()
+    sizes = graded.groupby("set", sort=False).size()
+    rows = [{"set": set_name, "component": column.removeprefix(COMPONENT_PREFIX), "mean": float(means.loc[set_name, column]),
+             "n": int(sizes[set_name])} for set_name in means.index for column in columns]
+    return pd.DataFrame(rows, columns=list(COMPONENT_MEAN_COLUMNS))
+
+
+def _percent(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:.0%}"
+
+
+LEADERBOARD_HEADERS = ("#", "agent or player", "mean reward", "full fixes", "reward 95% CI", "full fixes 95% CI",
+                       "partial", "episodes", "about")
+"""The rank, who, and the two scores come first, so that a phone's width shows them without scrolling."""
+
+
+def leaderboard_display(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`leaderboard_table` as people read it (:data:`LEADERBOARD_HEADERS`): the rank (``–`` for an
+    entrant that is not ranked), the name, the mean reward and full-fix rate, their 95% intervals, the
+    partial-fix rate, the episodes (and how many were graded, when not all), and, about it, where it
+    comes from, its caveat and why it is not ranked (``validation: ...`` for the oracle). Cells are
+    plain text (a table cell shows its text as it is), so a player's name needs no escaping here."""
+    def episodes(row: Any) -> str:
+        return str(row.episodes) if row.graded == row.episodes else f"{row.episodes} ({row.graded} graded)"
+
+    def interval(low: float, high: float, spec: str) -> str:
+        return "" if math.isnan(low) else f"[{low:{spec}}, {high:{spec}}]"
+
+    rows = [[str(r.rank) if r.standing == "ranked" else "–", r.name,
+             "" if math.isnan(r.reward) else f"{r.reward:+.3f}", _percent(r.full_fix),
+             interval(r.reward_low, r.reward_high, "+.3f"), interval(r.full_fix_low, r.full_fix_high, ".0%"),
+             _percent(r.partial), episodes(r), " · ".join(p for p in (r.where, r.caveat, r.note) if p)]
+            for r in table.itertuples()]
+    return pd.DataFrame(rows, columns=list(LEADERBOARD_HEADERS))

@@ -4,7 +4,8 @@ It reads what ``python -m envcore feedback analyze`` and ``feedback plan`` write
 ``artifacts/feedback/`` (each analysis folder's ``analysis.json``; each plan's ``weights.json``):
 
 - a stacked bar chart of the failure categories by bug class, tier, agent or domain, using
-  :func:`ui.charts.failure_chart`, with one colour per category everywhere;
+  :func:`ui.charts.failure_chart`, with one colour per category everywhere; each bar sums to 100%
+  of the slice's graded episodes (:meth:`FailurePanel.category_table`);
 - the example episodes of every category. Choosing a row opens that episode in the Watch tab, when
   its log is a rollout set the Space shows; the link is made by the log's path;
 - the sampling weights: those the server samples with (``A01_WEIGHTS``, uniform when unset) beside
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ import pandas as pd
 from ui import artifact_sets, charts, safe
 
 DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Agent": "agent", "Domain": "domain"}
+CHART_ENTRIES = 32
 EXAMPLE_COLUMNS = ["category", "agent", "scenario_id", "seed", "bug_class", "tier", "detail", "rollout set"]
 NO_ANALYSIS = ("No failure analysis has been written yet: run `python -m envcore feedback analyze --logs artifacts/evals/v2 "
                "--out artifacts/feedback/<name>` and the categories by bug class, tier and agent, with example "
@@ -38,6 +41,7 @@ class FailurePanel:
         self.artifacts = Path(artifacts)
         self.serving_weights = serving_weights
         self._cache: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+        self._charts: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -76,13 +80,35 @@ class FailurePanel:
     # ----- tables -------------------------------------------------------------------------------
     @staticmethod
     def category_table(analysis: dict[str, Any], dimension: str) -> pd.DataFrame:
-        shown = [c["name"] for c in analysis["categories"] if not c["excluded"]]
-        rows = []
+        """Rows ``slice``, ``category``, ``share``, ``count``, ``graded``: for every slice of
+        ``dimension``, every category met in any slice (zeros included), in the analysis's order.
+
+        Shares are recomputed from the counts, over the slice's episodes in categories that are not
+        excluded (infrastructure failures are not the agent's), and a count under a name the
+        analysis does not list goes to ``other``: each slice's shares sum to exactly 1, whatever
+        the file's own rates say."""
+        excluded = {c["name"] for c in analysis["categories"] if c["excluded"]}
+        order = [c["name"] for c in analysis["categories"] if not c["excluded"]]
+        if "other" not in order:
+            order.append("other")
+        counts: dict[str, dict[str, int]] = {}
         for key, stat in analysis["by"].get(dimension, {}).items():
-            for name in shown:
-                if stat["counts"].get(name):
-                    rows.append({"slice": key, "category": name, "share": stat["rates"][name],
-                                 "count": stat["counts"][name], "graded": stat["graded"]})
+            kept: dict[str, int] = {}
+            for name, count in (stat.get("counts") or {}).items():
+                if name in excluded or not count:
+                    continue
+                bucket = name if name in order else "other"
+                kept[bucket] = kept.get(bucket, 0) + int(count)
+            counts[str(key)] = kept
+        met = [name for name in order if any(kept.get(name) for kept in counts.values())]
+        rows = []
+        for key, kept in counts.items():
+            graded = sum(kept.values())
+            if not graded:
+                continue
+            for name in met:
+                rows.append({"slice": key, "category": name, "share": kept.get(name, 0) / graded,
+                             "count": kept.get(name, 0), "graded": graded})
         return pd.DataFrame(rows, columns=["slice", "category", "share", "count", "graded"])
 
     def set_names(self) -> dict[str, str]:
@@ -150,9 +176,25 @@ class FailurePanel:
                                 "failures: " + ", ".join(f"{titles.get(c, c)} ({n})" for n, c in top)
                                 + f"; {overall['counts'].get('infrastructure', 0)} infrastructure failures, not "
                                 "counted. Choose an example row to watch that episode."))
-        return {"failures": text,
-                "fail_chart": charts.failure_chart(self.category_table(analysis, by), by=by, titles=titles),
+        return {"failures": text, "fail_chart": self.chart(name, analysis, by, titles),
                 "fail_examples": self.example_table(analysis), "weights": weights}
+
+    def chart(self, name: str, analysis: dict[str, Any], by: str, titles: dict[str, str]) -> Any:
+        """The categories chart of the analysis ``name`` (as :meth:`load` read it) by ``by`` (one of
+        :data:`DIMENSIONS`' values), cached per file version: building a Plotly figure costs tens of
+        milliseconds, a toggle back and forth nothing."""
+        with self._lock:
+            version = self._cache[name][0] if name in self._cache else None
+            key = (name, version, by)  # the analysis as read for this file version
+            if version is not None and key in self._charts:
+                self._charts.move_to_end(key)
+                return self._charts[key]
+        figure = charts.failure_chart(self.category_table(analysis, by), by=by, titles=titles)
+        with self._lock:
+            self._charts[key] = figure
+            while len(self._charts) > CHART_ENTRIES:
+                self._charts.popitem(last=False)
+        return figure
 
     @staticmethod
     def example_link(row: list[Any]) -> tuple[str, str] | None:
@@ -163,17 +205,19 @@ class FailurePanel:
         return (str(shown_set), str(scenario)) if shown_set and scenario else None
 
 
-def build() -> dict[str, Any]:
-    """Lay out the panel; returns its components by name (the dashboard's controller owns the
-    :class:`FailurePanel` that fills them)."""
+def build(caption: str = "") -> dict[str, Any]:
+    """Lay out the panel under ``caption`` (how to read it); returns its components by name (the
+    dashboard's controller owns the :class:`FailurePanel` that fills them)."""
     c: dict[str, Any] = {}
     gr.Markdown("#### Failure analysis")
+    if caption:
+        gr.Markdown(caption, elem_classes=["a01-caption"])
     c["failures"] = safe.markdown_component(NO_ANALYSIS, elem_id="dash-failures")
     with gr.Row():
         c["fail_analysis"] = gr.Dropdown([], label="Analysis (artifacts/feedback)", elem_id="dash-fail-analysis")
         c["fail_dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by",
                                        elem_id="dash-fail-dimension")
-    c["fail_chart"] = gr.Plot(label="Failure categories", elem_id="dash-fail-chart")
+    c["fail_chart"] = gr.Plot(label="Failure categories", elem_id="dash-fail-chart", show_label=False)  # titled within
     c["fail_examples"] = gr.Dataframe(pd.DataFrame(columns=EXAMPLE_COLUMNS), label="Example episodes (choose a row to "
                                       "watch it)", elem_id="dash-fail-examples", max_height=360, interactive=False)
     c["weights"] = gr.Dataframe(pd.DataFrame(), label="Sampling weights: what the server samples with, and planned ones",

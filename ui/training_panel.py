@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from envcore.training.metrics import metric_names, read_metrics
 from ui import charts, safe
 
 DEFAULT_METRICS = ("env/reward", "env/full_fix", "env/partial", "env/format_error_rate")
+CHART_ENTRIES = 32
 NO_RUNS = ("No training run has been recorded yet: curves (reward, reward components and solve rates over steps) are "
            "drawn here from the Trackio database a training run writes under `artifacts/trackio/` "
            "(`python -m envcore train --config configs/train-tiny.yaml`).")
@@ -37,6 +39,7 @@ class TrainingPanel:
     def __init__(self, artifacts: Path) -> None:
         self.artifacts = Path(artifacts)
         self._cached: tuple[Any, pd.DataFrame] | None = None
+        self._charts: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
 
     def _version(self) -> tuple[tuple[str, int, int], ...]:
@@ -113,18 +116,37 @@ class TrainingPanel:
         if not runs or not metrics:
             message = "Choose at least one run and one metric."
             return {"train_curves": charts.empty_figure(message), "train_text": message}
-        frame = self.frame()
-        shown = frame[frame["label"].isin(runs)]
-        figure = charts.training_chart(shown, list(metrics), colors=charts.set_colors(all_runs))
+        figure = self.chart(runs, list(metrics), all_runs)
         text = f"Training runs from `artifacts/trackio` ({len(runs)} shown):\n\n{self.run_notes(runs)}"
         return {"train_curves": figure, "train_text": text}
 
 
-def build() -> dict[str, Any]:
-    """Lay out the panel (inside an open layout block); returns its components by name (the
-    dashboard's controller owns the :class:`TrainingPanel` that fills them)."""
+    def chart(self, runs: list[str], metrics: list[str], all_runs: list[str]) -> Any:
+        """The curves of ``runs`` (known ones) for ``metrics``, cached per database version: only metric
+        names the databases hold key the cache, so what a request sends cannot grow it."""
+        frame = self.frame()
+        known = set(frame["metric"]) if len(frame) else set()
+        chosen = [m for m in dict.fromkeys(metrics) if m in known]
+        key = (self._version(), tuple(runs), tuple(chosen))
+        with self._lock:
+            if key in self._charts:
+                self._charts.move_to_end(key)
+                return self._charts[key]
+        figure = charts.training_chart(frame[frame["label"].isin(runs)], chosen, colors=charts.set_colors(all_runs))
+        with self._lock:
+            self._charts[key] = figure
+            while len(self._charts) > CHART_ENTRIES:
+                self._charts.popitem(last=False)
+        return figure
+
+
+def build(caption: str = "") -> dict[str, Any]:
+    """Lay out the panel (inside an open layout block), under ``caption`` (how to read it); returns its
+    components by name (the dashboard's controller owns the :class:`TrainingPanel` that fills them)."""
     c: dict[str, Any] = {}
     gr.Markdown("#### Training curves")
+    if caption:
+        gr.Markdown(caption, elem_classes=["a01-caption"])
     c["train_text"] = safe.markdown_component(NO_RUNS, elem_id="dash-training")
     with gr.Row():
         c["train_runs"] = gr.CheckboxGroup([], label="Runs", elem_id="dash-train-runs")
