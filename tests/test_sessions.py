@@ -134,8 +134,8 @@ def test_a_human_episode_is_logged_in_the_shared_format(hub):
 
 @pytest.mark.parametrize("nickname, expected", [
     ("Ada", "human:Ada"),
-    ("  ", "human:abcdefgh"),
-    (None, "human:abcdefgh"),
+    ("  ", "human:anon-abcdefgh"),
+    (None, "human:anon-abcdefgh"),
     ("ada\n| forged | row |", "human:ada-forged-row"),
     ("<script>alert(1)</script>", "human:script-alert-1-script"),
     ("x" * 100, "human:" + "x" * 32),

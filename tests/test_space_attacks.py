@@ -327,7 +327,8 @@ def test_a_refused_step_message_is_escaped(tabs):
     sid = ctrl.new_episode(None, "any", "any", "any", "any", SCENARIO, None, 40, "")["sid"]
     try:
         out = ctrl.open_file(sid, f"app/{IMG}.py")
-        shown = bind(ctrl.open_file, {"code_msg": "message", "status": "status", "log": "log"}, at="code_msg")(
+        shown = bind(ctrl.open_file, {"code_msg": "message", "status": "status", "checklist": "checklist"},
+                     at="code_msg")(
             sid, f"app/{IMG}.py")
     finally:
         ctrl.hub.close(sid)
@@ -467,7 +468,7 @@ def test_script_in_a_human_play_log_does_not_run_in_another_visitors_watch_tab(v
     viewer = visit()
     page = viewer.page
     page.get_by_role("tab", name="Watch").click()
-    choose(page, "watch-left-set", "human")
+    choose(page, "watch-left-set", "Human players · this Space")
     page.get_by_text("HTTP transcript so far").first.click()
     page.get_by_text("Outcome, reward breakdown and final diff").first.click()
 
@@ -567,6 +568,8 @@ JSON_ROUTES = {
     "/mcp": ({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "x" * (BODY_CAP * 2)}},
              {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}),
     "/gradio_api/queue/join": ({"data": ["x" * (BODY_CAP * 2)], "fn_index": 0, "session_hash": "anyone"}, None),
+    # the Play tab's steps skip the queue: the route they are posted to is capped the same way
+    "/gradio_api/run/predict": ({"data": ["x" * (BODY_CAP * 2)], "fn_index": 0, "session_hash": "anyone"}, None),
 }
 
 

@@ -126,7 +126,7 @@ def test_a_person_plays_an_episode_by_hand_to_a_reward_breakdown(page, server):
     page.wait_for_function("() => document.querySelector('#play-response').innerText.includes('HTTP 200')")
     assert user in page.locator("#play-response").inner_text()
 
-    page.get_by_role("tab", name="Tests & diff").click()
+    page.get_by_role("tab", name="Tests").click()
     page.click("#play-tests")
     wait_status(page, "step 4 of 60")
 
@@ -169,7 +169,7 @@ def test_every_mistake_is_a_message_beside_its_control_and_the_episode_survives(
     page.get_by_role("tab", name="HTTP").click()
     page.click("#play-send")
     assert "New episode" in message(page, "play-http-msg", "New episode")
-    page.get_by_role("tab", name="Tests & diff").click()
+    page.get_by_role("tab", name="Tests").click()
     page.click("#play-tests")
     message(page, "play-tests-msg", "New episode")
     page.get_by_role("tab", name="Submit").click()
@@ -251,7 +251,7 @@ def test_two_browser_sessions_play_separate_episodes(browser, server):
     first, second = ids[0], ids[1]
     new_episode(pages[0], first)
     new_episode(pages[1], second)
-    pages[0].get_by_role("tab", name="Tests & diff").click()
+    pages[0].get_by_role("tab", name="Tests").click()
     pages[0].click("#play-tests")
     wait_status(pages[0], "step 1 of 60")
     pages[1].reload()
@@ -297,7 +297,7 @@ def test_the_dashboard_draws_its_charts(page):
     bars = page.locator("#dash-rates .js-plotly-plot .trace.bars")
     assert bars.count() >= 5  # one trace per rollout set
     leaderboard = page.locator("#dash-leaderboard").inner_text()
-    assert "heuristic" in leaderboard and "oracle" in leaderboard
+    assert "Heuristic baseline (scripted)" in leaderboard and "Oracle: the reference fix" in leaderboard  # in words
     page.wait_for_selector("#dash-training-curves .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
     assert "tiny-grpo" in page.locator("#dash-training").inner_text()  # the shipped pipeline demonstration
     page.locator("#dash-dimension").get_by_label("Tier").check()
@@ -338,12 +338,12 @@ def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_spa
     legend = page.locator("#dash-training-curves .legend").text_content() or ""
     assert training_run["name"] in legend
     # with no heuristic run here, the adapter's evaluation is compared with the base model's first
-    page.wait_for_function("() => document.querySelector('#dash-delta-text').innerText.includes("
-                           "'eval/trained against training/test-grpo/eval/base on 2 scenarios')")
+    page.wait_for_function("() => /test-grpo after training.* against test-grpo's base model.* on 2 scenarios/"
+                           ".test(document.querySelector('#dash-delta-text').innerText)")  # the sets in words
     shot(page, "dashboard-training")
     # the Watch tab offers the adapter's evaluation rollouts
     page.get_by_role("tab", name="Watch").click()
-    choose(page, "watch-left-set", "trained · training/test-grpo/eval")
+    choose(page, "watch-left-set", "test-grpo after training · held-out eval · pipeline check, not a skilled agent")
     page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('test-grpo')")
     page.click("#watch-forward")
     page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('Step 1')")

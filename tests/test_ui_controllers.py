@@ -100,6 +100,8 @@ def test_an_unchanged_editor_and_an_invalid_json_body_spend_no_step(episode):
         ctrl.send_request(sid, "POST", "/api/me", "(anonymous)", "{not json")
     with pytest.raises(UserError, match="must start with /"):
         ctrl.send_request(sid, "GET", "api/me", "(anonymous)", "")
+    with pytest.raises(UserError, match="Header line 2 is not 'Name: value'"):
+        ctrl.send_request(sid, "GET", "/api/me", "(anonymous)", "", "X-Ok: 1\nno colon here")
     with pytest.raises(UserError, match="Type something to search"):
         ctrl.search(sid, "   ")
     with pytest.raises(UserError, match="Paste a unified diff"):
@@ -213,7 +215,7 @@ def test_the_dashboard_compares_only_two_different_sets(tabs):
     ([("evals/v2/noop", "baseline"), ("evals/v2/heuristic", "baseline"), ("evals/v2/oracle", "validation")],
      ("evals/v2/noop", "evals/v2/heuristic"), "no trained set: the heuristic against doing nothing"),
     ([("training/tiny", "trained"), ("evals/v2/heuristic", "baseline"), ("evals/v2/noop", "baseline")],
-     ("evals/v2/heuristic", "training/tiny"), "a trained set against the heuristic"),
+     ("evals/v2/noop", "evals/v2/heuristic"), "training rollouts, not evaluated against a base: heuristic against noop"),
     ([("evals/v2/oracle", "validation")], (None, None), "the oracle is never a competitor"),
 ])
 def test_the_dashboard_first_compares_the_most_telling_pair(sets, expected, description):
@@ -278,3 +280,34 @@ def test_example_links_hold_from_any_working_directory(tabs, monkeypatch, tmp_pa
     monkeypatch.chdir(tmp_path)
     examples = dash.failures.example_table(dash.failures.load("baselines"))
     assert examples["rollout set"].str.startswith("evals/v2/").all()
+
+
+def test_extra_headers_reach_the_app_as_the_agents_headers_do(episode):
+    ctrl, sid = episode
+    ctrl.send_request(sid, "GET", "/api/me", "(anonymous)", "", "X-Role: admin\n\n  X-Tenant-Id : t1 ")
+    assert ctrl.hub.record(sid).steps[-1].action["headers"] == {"X-Role": "admin", "X-Tenant-Id": "t1"}
+
+
+def test_the_play_loop_teaches_checklist_hints_and_a_card_after_submit(episode):
+    ctrl, sid = episode
+    out = ctrl.new_episode(sid, "any", "any", "any", "any", "049c2e3a1a064a1b", None, 40, "tester")
+    assert "○ Reproduce the exploit" in out["checklist"] and "Next hint: Where to look" in out["hints"]
+    ctrl.send_request(sid, "GET", "/api/notes/32963", "viktor.kim89", "")
+    assert "✓ Reproduce the exploit" in ctrl.settle_checklist(sid)["checklist"]
+    before = steps(ctrl, sid)
+    hint = ctrl.take_hint(sid)
+    assert "Hint 1: Where to look" in hint["hints"] and "0.10" in hint["notice"] and steps(ctrl, sid) == before
+    card = ctrl.submit(sid)
+    assert "What was wrong" in card["debrief"] and "CWE" in card["debrief"] and "reference fix" in card["debrief"]
+    assert "not allowed to view this note" in card["reference_fix"]
+    with pytest.raises(UserError, match="episode is over"):
+        ctrl.take_hint(sid)
+
+
+def test_the_episode_log_lists_every_step_when_opened(episode):
+    ctrl, sid = episode
+    ctrl.search(sid, "user")
+    ctrl.send_request(sid, "GET", "/nowhere", "(anonymous)", "")
+    log = ctrl.episode_log(sid)["log"]
+    assert list(log["tool"]) == ["search_code", "http_request"]
+    assert list(ctrl.episode_log(None)["log"].columns) == play_tab.LOG_COLUMNS

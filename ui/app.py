@@ -52,6 +52,10 @@ CSS = """
 .gradio-container {max-width: 1400px !important}
 .a01-msg p {margin: 2px 0 !important}
 .a01-msg {color: #8a4b00; min-height: 0 !important}
+@media (max-width: 600px) {
+  .gradio-container {padding: 0 6px !important}
+  .tab-container button {padding: 0 7px !important; font-size: 14px !important}
+}
 """ + diff_view.CSS
 
 
@@ -66,7 +70,7 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
                 play = play_tab.build(hub, bug_classes=bug_classes, domains=domains, ttl_s=hub.ttl_s)
             with gr.Tab("Watch", id="watch", elem_id="tab-watch"):
                 watch = watch_tab.build(hub, artifacts, ttl_s=hub.ttl_s)
-            with gr.Tab("Dashboard", id="dashboard", elem_id="tab-dashboard"):
+            with gr.Tab("Dashboard", id="dashboard", elem_id="tab-dashboard") as dashboard_page:
                 dashboard = dashboard_tab.build(hub, artifacts)
 
         def play_selected(event: gr.SelectData) -> dict[Any, Any]:
@@ -88,8 +92,9 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
             return {**{watch_named[k]: v for k, v in shown.items() if k in watch_named}, tabs: gr.Tabs(selected="watch")}
 
         dashboard["fail_examples"].select(watch_selected, None, [*watch_named.values(), tabs])
-        demo.load(bind(watch_ctrl.refresh, watch_named), None, list(watch_named.values()))
+        watch_tab.wire_page_load(demo, watch, tabs)  # a link (?set=...&scenario=...) opens Watch on its episode
         demo.load(bind(dash_ctrl.refresh, dash_named), None, list(dash_named.values()))
+        dashboard_tab.bind_tab(dashboard_page, dashboard)  # opening the tab shows episodes played since
 
         def page_closed(request: gr.Request) -> None:
             hub.close_page(request.session_hash)

@@ -22,6 +22,7 @@ every header and the body; the requests of the episode are listed, newest first;
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import gradio as gr
@@ -29,11 +30,12 @@ import pandas as pd
 
 from envcore.env.actions import A01Observation, A01State
 from envcore.env.environment import ResetError
+from envcore.env.hints import HINTS
 from envcore.env.render import response_headers
 from envcore.patching import make_diff
 from envcore.server.sessions import HUMAN_STEP_BUDGETS, SessionError, SessionHub, Visitor, human_agent_id
-from ui import diff_view, rollout_view, safe
-from ui.wiring import NOTICE, REFUSED, UserError, wire
+from ui import diff_view, rollout_view, safe, teaching_view
+from ui.wiring import NOTICE, QUICK, REFUSED, UserError, wire
 
 ANY = "any"
 ANONYMOUS = "(anonymous)"
@@ -41,9 +43,15 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 LOG_COLUMNS = ["step", "tool", "refused", "ms"]
 PROBE_COLUMNS = list(rollout_view.PROBE_COLUMNS)
 PROBE_WIDTHS = ["7%", "9%", "6%", "6%", "30%", "26%", "16%"]
-MESSAGE_SLOTS = ("new", "code", "search", "patch", "http", "tests", "submit")
+MESSAGE_SLOTS = ("new", "code", "search", "patch", "http", "tests", "submit", "hint")
 """Where the tab's messages appear: beside New episode, the editor, search, the pasted diff, Send, the
-test and diff buttons, and Submit."""
+test and diff buttons, Submit, and the hint button."""
+EVENT_OPTIONS = QUICK
+"""A Play step needs no queue to be bounded: each session runs one at a time and the hub caps the
+sessions. Starting an episode and submitting (a sandbox's start, the whole hidden suite) keep it."""
+QUEUED: dict[str, Any] = {"queue": True}
+SETTLE_WAIT_S = 3.0
+"""How long the checklist waits, after a request, for the coach to judge it."""
 NO_EPISODE = "No episode yet: pick a scenario (or leave everything on *any*) and press **New episode**."
 
 
@@ -97,14 +105,15 @@ class PlayController:
 
     def _progress(self, session_id: str, observation: A01Observation | None = None, *, show_diff: bool = False,
                   **named: Any) -> dict[str, Any]:
-        """The status line and the step log (and with ``show_diff`` the current diff), from one read of
+        """The status line and the checklist (and with ``show_diff`` the current diff), from one read of
         the episode's state; the refusal of ``observation`` (if any) for the action's message."""
         state = self.hub.state(session_id)
         if show_diff:
             named["diff"] = diff_view.diff_html(state.diff)
         if observation is not None and observation.error:
             named[REFUSED] = f"Refused: {observation.error}"
-        return {"status": status_text(state), "log": log_frame(state), **named}
+        named.setdefault("checklist", teaching_view.checklist_markdown(self.hub.checklist(session_id)))
+        return {"status": status_text(state), **named}
 
     def _patched(self, sid: str, observation: A01Observation, editing: Any) -> dict[str, Any]:
         """After a patch: the diff, the file list, and the open file as the workspace now holds it."""
@@ -156,6 +165,10 @@ class PlayController:
             breakdown=rollout_view.breakdown_frame(None),
             probes=pd.DataFrame(columns=PROBE_COLUMNS),
             search_results="",
+            log=pd.DataFrame(columns=LOG_COLUMNS),
+            hints=teaching_view.hints_markdown([], HINTS[0]),
+            debrief="",
+            reference_fix=teaching_view.reference_fix_html(None),
             **{f"{slot}_msg": "" for slot in MESSAGE_SLOTS if slot != "new"},
         )
 
@@ -205,12 +218,16 @@ class PlayController:
         sid, observation = self._step(sid, {"tool": "search_code", "query": query.strip()})
         return self._progress(sid, observation, search_results=observation.text)
 
-    def send_request(self, sid: str | None, method: str, path: str, as_user: str, body: str) -> dict[str, Any]:
+    def send_request(self, sid: str | None, method: str, path: str, as_user: str, body: str,
+                     headers: str = "") -> dict[str, Any]:
         sid = self._session(sid)
         path = (path or "").strip()
         if not path.startswith("/"):
             raise UserError("The path must start with / (for example /api/items/1?limit=5).")
         action: dict[str, Any] = {"tool": "http_request", "method": method or "GET", "path": path}
+        extra = _headers(headers)
+        if extra:
+            action["headers"] = extra
         if as_user and as_user != ANONYMOUS:
             action["as_user"] = as_user
         if (body or "").strip():
@@ -240,10 +257,55 @@ class PlayController:
         if observation.error:
             return self._progress(sid, observation)
         verdict = self.hub.verdict(sid) or {}
+        debrief = self.hub.debrief(sid)
         return self._progress(
             sid, observation, verdict=safe.markdown_lines(observation.text),
             breakdown=rollout_view.breakdown_frame(verdict.get("reward_breakdown") or observation.reward_breakdown),
-            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True), show_diff=True)
+            probes=rollout_view.probe_frame(verdict.get("verification"), reveal_hidden=True), show_diff=True,
+            debrief=teaching_view.debrief_markdown(debrief), reference_fix=teaching_view.reference_fix_html(debrief),
+            checklist=teaching_view.checklist_markdown((debrief or {}).get("checklist") or []))
+
+    def episode_log(self, sid: str | None) -> dict[str, Any]:
+        """Every step so far (drawn when the log is opened or refreshed, not after each action: a
+        table redrawn on every click cost more than the click itself)."""
+        if not self.hub.has_episode(sid):
+            return {"log": pd.DataFrame(columns=LOG_COLUMNS)}
+        return {"log": log_frame(self.hub.state(str(sid)))}
+
+    def settle_checklist(self, sid: str | None) -> dict[str, Any]:
+        """The checklist once the coach has judged the last request (it is judged in the background,
+        so the response is shown at once and the checklist a moment later)."""
+        if not self.hub.has_episode(sid):
+            return {}
+        return {"checklist": teaching_view.checklist_markdown(self.hub.checklist(str(sid), wait_s=SETTLE_WAIT_S))}
+
+    def take_hint(self, sid: str | None) -> dict[str, Any]:
+        sid = self._session(sid)
+        try:
+            self.hub.take_hint(sid)
+        except SessionError as exc:
+            raise UserError(str(exc)) from None
+        taken = self.hub.hints(sid)
+        next_hint = HINTS[len(taken)] if len(taken) < len(HINTS) else None
+        return {"hints": teaching_view.hints_markdown(taken, next_hint),
+                NOTICE: f"Hint {len(taken)} taken: it costs {taken[-1]['cost']:.2f} of this episode's reward."}
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _headers(text: str | None) -> dict[str, str]:
+    """The extra-headers box: one ``Name: value`` a line (blank lines skipped)."""
+    headers: dict[str, str] = {}
+    for number, line in enumerate((text or "").splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or not _HEADER_NAME.fullmatch(name.strip()):
+            raise UserError(f"Header line {number} is not 'Name: value' (for example X-Request-Id: 42). "
+                            "Nothing was sent.")
+        headers[name.strip()] = value.strip()
+    return headers
 
 
 def _editing_path(editing: Any) -> str:
@@ -328,9 +390,14 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
     c["new"] = gr.Button("New episode", variant="primary", elem_id="play-new")
     _message(c, "new")
     c["status"] = safe.markdown_component(NO_EPISODE, elem_id="play-status")
+    c["checklist"] = safe.markdown_component("", elem_id="play-checklist")
+    with gr.Accordion("Stuck? Take a hint (each costs part of the reward)", open=False, elem_id="play-hint-box"):
+        c["hint"] = gr.Button("Take the next hint", elem_id="play-hint", size="sm")
+        _message(c, "hint")
+        c["hints"] = safe.markdown_component(teaching_view.hints_markdown([], HINTS[0]), elem_id="play-hints")
     c["editing"] = gr.State({})
     with gr.Tabs():
-        with gr.Tab("Task & policy"):
+        with gr.Tab("Task"):
             c["task"] = safe.markdown_component("", elem_id="play-task")
         with gr.Tab("Code"):
             with gr.Row():
@@ -357,15 +424,18 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
                 c["path"] = gr.Textbox("/", label="Path (with query string)", scale=3, elem_id="play-path")
                 c["as_user"] = gr.Dropdown([ANONYMOUS], value=ANONYMOUS, label="Send as", scale=2,
                                            elem_id="play-as-user")
-            c["body"] = gr.Code("", language="json", interactive=True, lines=3, label="JSON body (optional)",
-                                elem_id="play-body")
+            with gr.Row():
+                c["body"] = gr.Code("", language="json", interactive=True, lines=3, label="JSON body (optional)",
+                                    elem_id="play-body")
+                c["headers"] = gr.Textbox("", lines=3, max_lines=8, label="Extra headers (optional, one per line: "
+                                          "Name: value)", placeholder="X-Request-Id: 42", elem_id="play-headers")
             c["send"] = gr.Button("Send request (http_request)", variant="primary", elem_id="play-send")
             _message(c, "http")
             c["response"] = gr.Code("", language=None, label="Response: status, headers, body", lines=8,
                                     elem_id="play-response")
             c["history"] = gr.Dataframe(rollout_view.request_frame(None), label="Requests so far (newest first)",
                                         wrap=True, elem_id="play-history", max_height=300)
-        with gr.Tab("Tests & diff"):
+        with gr.Tab("Tests"):
             with gr.Row():
                 c["run_tests"] = gr.Button("Run visible tests (run_tests)", elem_id="play-tests")
                 c["view_diff"] = gr.Button("View diff (view_diff)", elem_id="play-view-diff")
@@ -378,33 +448,43 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
             c["submit"] = gr.Button("Submit (ends the episode; every probe runs)", variant="stop",
                                     elem_id="play-submit")
             _message(c, "submit")
+            c["debrief"] = safe.markdown_component("", elem_id="play-debrief")
+            c["reference_fix"] = gr.HTML(teaching_view.reference_fix_html(None), elem_id="play-reference-fix")
             c["verdict"] = safe.markdown_component("", elem_id="play-verdict")
             c["breakdown"] = gr.Dataframe(rollout_view.breakdown_frame(None), label="Reward breakdown",
                                           elem_id="play-breakdown", wrap=True)
             c["probes"] = gr.Dataframe(pd.DataFrame(columns=PROBE_COLUMNS), column_widths=PROBE_WIDTHS,
                                        label="Every probe (hidden ones revealed after submit)", wrap=True)
-    with gr.Accordion("Episode log", open=False):
-        c["log"] = gr.Dataframe(pd.DataFrame(columns=LOG_COLUMNS), label="Steps so far")
+    with gr.Accordion("Episode log (every step so far)", open=False) as log_box:
+        c["log_refresh"] = gr.Button("Refresh", size="sm", elem_id="play-log-refresh")
+        c["log"] = gr.Dataframe(pd.DataFrame(columns=LOG_COLUMNS), label="Steps so far", elem_id="play-log")
 
-    progress = ["status", "log"]
+    def on(*args: Any, **options: Any) -> Any:
+        return wire(*args, **{**EVENT_OPTIONS, **options})
+
+    progress = ["status", "checklist"]
+    for event in (log_box.expand, c["log_refresh"].click):
+        on(event, ctrl.episode_log, c, ["sid"], ["log"])
     patched = [*progress, "diff", "files", "editor", "editing"]
-    wire(c["new"].click, ctrl.new_episode, c,
-         ["sid", "split", "bug_class", "tier", "domain", "scenario", "seed", "budget", "nickname"],
-         [*progress, "sid", "task", "files", "editor", "editing", "as_user", "response", "history", "tests", "diff",
-          "verdict", "breakdown", "probes", "search_results", *(f"{s}_msg" for s in MESSAGE_SLOTS if s != "new")],
-         at="new_msg", visitor=True)
-    wire(c["files"].input, ctrl.open_file, c, ["sid", "files"], [*progress, "editor", "editing"], at="code_msg")
-    wire(c["apply"].click, ctrl.apply_edit, c, ["sid", "editing", "editor"], patched, at="code_msg")
-    wire(c["apply_patch"].click, ctrl.apply_diff, c, ["sid", "patch", "editing"], patched, at="patch_msg")
-    wire(c["search"].click, ctrl.search, c, ["sid", "query"], [*progress, "search_results"], at="search_msg")
-    wire(c["query"].submit, ctrl.search, c, ["sid", "query"], [*progress, "search_results"], at="search_msg")
-    wire(c["send"].click, ctrl.send_request, c, ["sid", "method", "path", "as_user", "body"],
-         [*progress, "response", "history"], at="http_msg")
-    wire(c["path"].submit, ctrl.send_request, c, ["sid", "method", "path", "as_user", "body"],
-         [*progress, "response", "history"], at="http_msg")
-    wire(c["run_tests"].click, ctrl.run_tests, c, ["sid"], [*progress, "tests"], at="tests_msg")
-    wire(c["view_diff"].click, ctrl.view_diff, c, ["sid"], [*progress, "diff"], at="tests_msg")
-    wire(c["submit"].click, ctrl.submit, c, ["sid"], [*progress, "verdict", "breakdown", "probes", "diff"],
-         at="submit_msg")
+    on(c["new"].click, ctrl.new_episode, c,
+       ["sid", "split", "bug_class", "tier", "domain", "scenario", "seed", "budget", "nickname"],
+       [*progress, "sid", "task", "files", "editor", "editing", "as_user", "response", "history", "tests", "diff",
+        "verdict", "breakdown", "probes", "search_results", "hints", "debrief", "reference_fix", "log",
+        *(f"{s}_msg" for s in MESSAGE_SLOTS if s != "new")],
+       at="new_msg", visitor=True, **QUEUED)
+    on(c["files"].input, ctrl.open_file, c, ["sid", "files"], [*progress, "editor", "editing"], at="code_msg")
+    on(c["apply"].click, ctrl.apply_edit, c, ["sid", "editing", "editor"], patched, at="code_msg")
+    on(c["apply_patch"].click, ctrl.apply_diff, c, ["sid", "patch", "editing"], patched, at="patch_msg")
+    on(c["search"].click, ctrl.search, c, ["sid", "query"], [*progress, "search_results"], at="search_msg")
+    on(c["query"].submit, ctrl.search, c, ["sid", "query"], [*progress, "search_results"], at="search_msg")
+    for event in (c["send"].click, c["path"].submit):
+        sent = on(event, ctrl.send_request, c, ["sid", "method", "path", "as_user", "body", "headers"],
+                  [*progress, "response", "history"], at="http_msg")
+        on(sent.then, ctrl.settle_checklist, c, ["sid"], ["checklist"])
+    on(c["hint"].click, ctrl.take_hint, c, ["sid"], ["hints"], at="hint_msg")
+    on(c["run_tests"].click, ctrl.run_tests, c, ["sid"], [*progress, "tests"], at="tests_msg")
+    on(c["view_diff"].click, ctrl.view_diff, c, ["sid"], [*progress, "diff"], at="tests_msg")
+    on(c["submit"].click, ctrl.submit, c, ["sid"],
+       [*progress, "verdict", "breakdown", "probes", "diff", "debrief", "reference_fix"], at="submit_msg", **QUEUED)
     c["controller"] = ctrl
     return c

@@ -124,9 +124,10 @@ class LiveAgent:
 
 
 def human_agent_id(nickname: str | None, session_id: str) -> str:
-    """``human:<nickname>`` (letters, digits, ``_.-``; 32 at most) or ``human:<session prefix>``."""
+    """``human:<nickname>`` (letters, digits, ``_.-``; 32 at most) or, with none, ``human:anon-<session
+    prefix>`` (so the dashboard pools the players who gave no name, and lists the others by name)."""
     name = _NAME.sub("-", (nickname or "").strip())[:32].strip("-")
-    return f"human:{name or session_id[:8]}"
+    return f"human:{name or 'anon-' + session_id[:8]}"
 
 
 class SessionHub:

@@ -1,0 +1,144 @@
+"""The Play tab's teaching loop in a real browser: the checklist ticks from the player's own requests,
+a hint costs reward and says so, and the card after submit explains the bug, replays the exploit and
+shows the reference fix; on a phone-sized screen too. Chromium and the Space as in
+``tests/test_ui_browser.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from envcore.cache import ScenarioCache
+from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space, skip_unless_wanted
+
+skip_unless_wanted()
+
+IDOR_READ = "049c2e3a1a064a1b"
+"""A training scenario: zoe.lindqvist70 owns note 32963 and viktor.kim89 must not read it."""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("space") / "human.jsonl"
+    with running_space({"A01_HUMAN_LOG": str(log)}, timeout_s=90) as (url, _port, _process):
+        yield f"{url}/"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as launched:
+        yield launched
+
+
+def open_page(browser, url: str, width: int, height: int):
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url)
+    page.wait_for_selector("#play-new")
+    return context, page, errors
+
+
+def textbox(page, elem_id: str):
+    return page.locator(f"#{elem_id}").get_by_role("textbox")
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    box = page.locator(f"#{elem_id}").get_by_role("combobox")
+    box.click()
+    page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option", name=option, exact=True).click()
+
+
+def wait_text(page, elem_id: str, text: str) -> None:
+    page.wait_for_function("([id, t]) => (document.querySelector('#' + id)?.innerText || '').includes(t)",
+                           arg=[elem_id, text])
+
+
+def no_error_overlay(page) -> None:
+    assert page.locator(".toast-body").count() == 0
+    assert page.get_by_text("Error", exact=True).count() == 0
+
+
+def send(page, path: str, user: str) -> None:
+    textbox(page, "play-path").fill(path)
+    choose(page, "play-as-user", user)
+    page.click("#play-send")
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("width,height", [(1400, 900), (390, 844)], ids=["desktop", "phone"])
+def test_the_checklist_hints_and_card_teach_a_player_who_fixes_the_bug(browser, server, width, height):
+    bundle = ScenarioCache.open(None).load(IDOR_READ)
+    context, page, errors = open_page(browser, server, width, height)
+    try:
+        textbox(page, "play-scenario").fill(IDOR_READ)
+        page.click("#play-new")
+        wait_text(page, "play-status", IDOR_READ)
+        wait_text(page, "play-checklist", "Reproduce the exploit")
+        assert page.locator("#play-checklist").inner_text().count("○") == 4
+
+        page.get_by_role("tab", name="HTTP").click()
+        send(page, "/api/notes/32963", "zoe.lindqvist70")  # the owner: legitimate, not the exploit
+        wait_text(page, "play-response", "HTTP 200")
+        send(page, "/api/notes/32963", "viktor.kim89")  # another user reads it: the exploit
+        wait_text(page, "play-checklist", "✓ Reproduce the exploit")
+        assert "viktor.kim89" in page.locator("#play-checklist").inner_text()
+
+        page.locator("#play-hint-box").get_by_text("Stuck?").click()
+        page.click("#play-hint")
+        wait_text(page, "play-hints", "Hint 1: Where to look")
+        wait_text(page, "play-hint-msg", "costs 0.10")
+
+        page.get_by_role("tab", name="Code").click()
+        page.locator("#play-patch-box").get_by_text("Paste a unified diff instead").click()
+        page.locator("#play-patch textarea").fill(bundle.reference_fix)
+        page.click("#play-apply-diff")
+        wait_text(page, "play-checklist", "✓ Patch the app")
+
+        page.get_by_role("tab", name="HTTP").click()
+        send(page, "/api/notes/32963", "viktor.kim89")
+        wait_text(page, "play-checklist", "✓ See the exploit refused")
+        send(page, "/api/notes/32963", "zoe.lindqvist70")
+        wait_text(page, "play-checklist", "✓ Check that legitimate use still works")
+
+        page.get_by_role("tab", name="Submit").click()
+        page.click("#play-submit")
+        wait_text(page, "play-debrief", "What was wrong")
+        card = page.locator("#play-debrief").inner_text()
+        assert "Insecure direct object reference (read)" in card and "CWE-639" in card
+        assert "before your patch: it worked" in card and "after: refused" in card
+        assert "1 hint(s) taken" in card
+        assert "not allowed to view this note" in page.locator("#play-reference-fix").inner_text()
+        no_error_overlay(page)
+        shot(page, f"play-teaching-{width}")
+        if width < 500:  # every control of the loop fits the phone's width
+            for elem_id in ("play-new", "play-checklist", "play-debrief", "play-submit"):
+                box = page.locator(f"#{elem_id}").bounding_box()
+                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width + 1, elem_id
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+def test_a_bad_header_line_is_a_message_and_nothing_is_sent(browser, server):
+    context, page, errors = open_page(browser, server, 1400, 900)
+    try:
+        textbox(page, "play-scenario").fill(IDOR_READ)
+        page.click("#play-new")
+        wait_text(page, "play-status", "step 0 of")
+        page.get_by_role("tab", name="HTTP").click()
+        textbox(page, "play-headers").fill("X-Role admin")
+        textbox(page, "play-path").fill("/api/me")
+        page.click("#play-send")
+        wait_text(page, "play-http-msg", "Header line 1 is not 'Name: value'")
+        assert "step 0 of" in page.locator("#play-status").inner_text()
+        assert textbox(page, "play-headers").input_value() == "X-Role admin"  # the text is kept
+        no_error_overlay(page)
+    finally:
+        context.close()
+    assert not errors, errors
