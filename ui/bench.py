@@ -10,6 +10,9 @@
   read in the background first, as ``app.py`` does at start-up.
 
 Targets (the Space's): cold start at most 15 s; every action's p50 at most 300 ms.
+
+What a visitor waits for in a browser (click to the updated content painted, rendering included) is
+``bench ui --browser``, :mod:`ui.browser_bench`.
 """
 
 from __future__ import annotations

@@ -74,13 +74,30 @@ def register(groups: argparse._SubParsersAction) -> None:
     lo.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
     lo.set_defaults(func=cmd_load)
 
-    u = cmds.add_parser("ui", help="the Space's cold start and the server-side time of each UI action",
-                        description="Cold start of `python app.py` to the first page served on / (median of "
-                        "--cold-runs fresh processes), then the server-side time of every UI action of the Play, "
-                        "Watch and Dashboard tabs (the handler Gradio calls plus the postprocessing of its "
-                        "outputs), --rounds times each on different scenarios: p50, p90 and max.")
-    u.add_argument("--cold-runs", type=int, default=3, help="fresh app.py processes to time (default 3; 0 skips)")
-    u.add_argument("--rounds", type=int, default=10, help="calls of each UI action (default 10; 0 skips)")
+    u = cmds.add_parser("ui", help="the Space's cold start and time per UI action: server-side, or in Chromium "
+                        "(--browser)",
+                        description="Two modes. Server-side (the default): cold start of `python app.py` to the first "
+                        "page served on / (median of --cold-runs fresh processes), then the server-side time of every "
+                        "UI action of the Play, Watch and Dashboard tabs (the handler Gradio calls plus the "
+                        "postprocessing of its outputs), --rounds times each on different scenarios: p50, p90 and max. "
+                        "--browser: start `python app.py` on a free port (or --port) and Debian's Chromium (driven by "
+                        "Playwright, no downloaded browser), and measure in the page, --rounds times each, click -> "
+                        "the updated content painted: the first page (navigation start -> intro and Play controls, "
+                        "fresh context), Play (new episode, open a file, search, send a request, run tests, view "
+                        "diff), Watch (pick a scenario, step forward, step back) and Dashboard (dimension, measure, "
+                        "rollout sets); print n, p50, p95, the target and ok/over per action, with the machine's load "
+                        "average before and after and the Chromium version. Exits 0 whatever the figures; 2 if the "
+                        "measurement itself failed (server or browser did not start, an element never changed, the Space "
+                        "answered with an error).")
+    u.add_argument("--cold-runs", type=int, default=3,
+                   help="fresh app.py processes to time (default 3; 0 skips; server-side mode only)")
+    u.add_argument("--rounds", type=int, default=10, help="calls of each UI action (default 10; 0 skips in "
+                   "server-side mode; at least 1 with --browser)")
+    u.add_argument("--browser", action="store_true", help="measure click -> updated content in Chromium instead")
+    u.add_argument("--json", metavar="PATH", help="with --browser: also save the figures and conditions as JSON")
+    u.add_argument("--port", type=int, help="with --browser: the port for app.py (default: a free one)")
+    u.add_argument("--chromium", metavar="PATH", help="with --browser: the Chromium binary (default: $A01_CHROMIUM "
+                   "or /usr/bin/chromium)")
     u.set_defaults(func=cmd_ui)
 
     r = cmds.add_parser("rollouts", help="rollout episodes/s of the heuristic agent with 1, 2, 4 sessions, local and remote",
@@ -97,6 +114,16 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
+    if args.browser:
+        from ui import browser_bench
+
+        if args.rounds < 1:
+            raise SystemExit("--rounds must be at least 1 with --browser")
+        return browser_bench.main(rounds=args.rounds, chromium=args.chromium or browser_bench.CHROMIUM,
+                                  port=args.port, json_path=args.json)
+    given = [f"--{name}" for name in ("json", "port", "chromium") if getattr(args, name) is not None]
+    if given:
+        raise SystemExit(f"{', '.join(given)}: only with --browser")
     from ui.bench import main
 
     return main(cold_runs=args.cold_runs, rounds=args.rounds)
