@@ -158,7 +158,7 @@ class PlayController:
             editing={},
             as_user=gr.update(choices=[ANONYMOUS, *users], value=users[0] if users else ANONYMOUS),
             response="",
-            history=rollout_view.request_frame(None),
+            history=history_markdown(None),
             tests=pd.DataFrame(columns=PROBE_COLUMNS),
             diff=diff_view.diff_html(""),
             verdict="",
@@ -238,7 +238,7 @@ class PlayController:
                                 f"{exc.msg}). Nothing was sent.") from None
         sid, observation = self._step(sid, action)
         return self._progress(sid, observation, response=response_text(observation),
-                              history=rollout_view.request_frame(self.hub.record(sid)))
+                              history=history_markdown(self.hub.record(sid)))
 
     def run_tests(self, sid: str | None) -> dict[str, Any]:
         sid, observation = self._step(sid, {"tool": "run_tests"})
@@ -365,6 +365,25 @@ def response_text(observation: A01Observation) -> str:
     return "\n".join([*lines, *note, "", body])
 
 
+HISTORY_ROWS = 50
+
+
+def history_markdown(record: Any) -> str:
+    """The episode's requests, newest first, as a Markdown table (every cell escaped). A table of text
+    is drawn in a fraction of the time a data grid takes, and it is redrawn after every request."""
+    frame = rollout_view.request_frame(record)
+    if frame.empty:
+        return "**Requests so far**: none yet."
+    columns = list(rollout_view.REQUEST_COLUMNS)
+    lines = ["**Requests so far** (newest first)", "", "| " + " | ".join(columns) + " |",
+             "|" + " --- |" * len(columns)]
+    for row in frame.head(HISTORY_ROWS).itertuples(index=False):
+        lines.append("| " + " | ".join(safe.markdown(value) for value in row) + " |")
+    if len(frame) > HISTORY_ROWS:
+        lines.append(f"\n… and {len(frame) - HISTORY_ROWS} earlier request(s) (the episode log lists every step)")
+    return "\n".join(lines)
+
+
 def _message(c: dict[str, Any], slot: str) -> None:
     """The message component beside a control (empty until an action there has something to say)."""
     c[f"{slot}_msg"] = safe.markdown_component("", elem_id=f"play-{slot}-msg", elem_classes=["a01-msg"])
@@ -433,8 +452,8 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
             _message(c, "http")
             c["response"] = gr.Code("", language=None, label="Response: status, headers, body", lines=8,
                                     elem_id="play-response")
-            c["history"] = gr.Dataframe(rollout_view.request_frame(None), label="Requests so far (newest first)",
-                                        wrap=True, elem_id="play-history", max_height=300)
+            c["history"] = safe.markdown_component(history_markdown(None), elem_id="play-history",
+                                                   max_height=300)
         with gr.Tab("Tests"):
             with gr.Row():
                 c["run_tests"] = gr.Button("Run visible tests (run_tests)", elem_id="play-tests")

@@ -295,13 +295,20 @@ class WatchController:
         """The chosen attempts from their first step (an attempt was picked)."""
         return self.show(left, right, scenario, 0, left_attempt, right_attempt)
 
+    def show_step(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
+                  left_attempt: Any = None, right_attempt: Any = None) -> dict[str, Any]:
+        """Both sides at step ``index`` of the episodes already shown: what a step changes only (the
+        outcome, breakdown and diff belong to the episode and stay as drawn)."""
+        shown = self.show(left, right, scenario, index, left_attempt, right_attempt)
+        return {name: value for name, value in shown.items() if name in STEP_VIEW}
+
     def move(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
              delta: int, left_attempt: Any = None, right_attempt: Any = None) -> dict[str, Any]:
         try:
             index = max(int(index or 0) + delta, 0)
         except (TypeError, ValueError, OverflowError):
             index = 0
-        return self.show(left, right, scenario, index, left_attempt, right_attempt)  # show clamps to the end
+        return self.show_step(left, right, scenario, index, left_attempt, right_attempt)  # show clamps to the end
 
     def step_back(self, left: str | None, right: str | None, scenario: str | None, index: float | None,
                   left_attempt: Any = None, right_attempt: Any = None) -> dict[str, Any]:
@@ -550,8 +557,13 @@ def _side(c: dict[str, Any], side: str, heading: str) -> None:
         c[f"{side}_diff"] = gr.HTML(diff_view.diff_html("", empty=""), elem_id=f"watch-{side}-diff")
 
 
+EPISODE_FIELDS = ("outcome", "breakdown", "diff")
+"""A side's fields that belong to the episode, not to the step shown."""
 VIEW = [f"{side}_{field}" for side in ("left", "right") for field in SIDE_FIELDS] + ["index", "link"]
-"""What a step changes: both sides, the step slider and the link."""
+"""What a new episode on either side changes: both sides, the step slider and the link."""
+STEP_VIEW = [name for name in VIEW if name.rpartition("_")[2] not in EPISODE_FIELDS]
+"""What a step changes: each side's step (not its episode's outcome, breakdown and diff: redrawing a
+table nobody changed cost more than the step)."""
 PICKED = ["left_attempt", "right_attempt", *VIEW]
 """What a scenario changes: also each side's attempts."""
 SELECTED = ["right_set", "right_column", "scenario", "left_about", "right_about", *PICKED]
@@ -603,9 +615,9 @@ def build(hub: SessionHub, artifacts: Path, *, ttl_s: float, pace_s: float | Non
     for side in ("left", "right"):
         wire(c[f"{side}_attempt"].input, ctrl.show_attempt, c,
              ["left_set", "right_set", "scenario", "left_attempt", "right_attempt"], VIEW, at="msg", **QUICK)
-    wire(c["index"].release, ctrl.show, c, view_inputs, VIEW, at="msg", **QUICK)
-    wire(c["back"].click, ctrl.step_back, c, view_inputs, VIEW, at="msg", **QUICK)
-    wire(c["forward"].click, ctrl.step_forward, c, view_inputs, VIEW, at="msg", **QUICK)
+    wire(c["index"].release, ctrl.show_step, c, view_inputs, STEP_VIEW, at="msg", **QUICK)
+    wire(c["back"].click, ctrl.step_back, c, view_inputs, STEP_VIEW, at="msg", **QUICK)
+    wire(c["forward"].click, ctrl.step_forward, c, view_inputs, STEP_VIEW, at="msg", **QUICK)
     wire(c["live_start"].click, ctrl.start_live, c, ["live_sid", "live_agent", "scenario"], ["live_sid", *LIVE],
          at="live_msg", visitor=True)
     wire(c["live_step"].click, ctrl.live_step, c, ["live_sid"], LIVE, at="live_msg", **QUICK)
