@@ -857,3 +857,28 @@ def test_a_step_budget_a_request_makes_up_is_brought_into_the_sliders_range_or_r
             ctrl.hub.close(sid)
     with pytest.raises(UserError, match="step budget"):
         ctrl.new_episode(None, "any", "any", "any", "any", SCENARIO, None, "many", "")
+
+
+def test_markup_an_app_answers_is_shown_as_text_in_the_play_tab(tabs):
+    """The player's own patched app answers with markup (and a header carrying it): the response, the
+    request history and the checklist show it as text."""
+    ctrl = tabs["play"]
+    sid = ctrl.new_episode(None, "any", "any", "any", "any", SCENARIO, None, 40, "")["sid"]
+    try:
+        module, app = ctrl.hub.runtime.cache.load(SCENARIO).entrypoint.split(":")
+        path = module.replace(".", "/") + ".py"
+        main = ctrl.hub.current_file(sid, path)
+        echo = (main + "\n\nfrom fastapi.responses import PlainTextResponse as _Plain\n\n\n"
+                f"@{app}.get('/echo')\ndef _echo():\n    return _Plain({PAYLOAD!r}, headers={{'x-note': {IMG!r}}})\n")
+        ctrl.apply_diff(sid, make_diff({path: main}, {path: echo}), {})
+        out = ctrl.send_request(sid, "GET", f"/echo?{MD_LINK}", "(anonymous)", "")
+        settled = ctrl.settle_checklist(sid)
+    finally:
+        ctrl.hub.close(sid)
+    assert PAYLOAD[:20] in assert_text_only(out["response"], "response")
+    assert IMG in assert_text_only(out["response"], "response")
+    history = out["history"]
+    parsed = render(history)
+    assert set(parsed.tags) <= TEXT_TAGS | {"table", "thead", "tbody", "tr", "th", "td"}, parsed.tags
+    assert not [a for a in parsed.attributes if a not in OUR_ATTRIBUTES], parsed.attributes
+    assert_text_only(settled["checklist"], "checklist")

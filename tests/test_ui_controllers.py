@@ -167,7 +167,8 @@ def test_a_response_shows_status_headers_and_body_and_joins_the_history(episode)
     ctrl, sid = episode
     user = ctrl.hub.users(sid)[0]
     out = ctrl.send_request(sid, "GET", "/api/me", user, "")
-    lines = out["response"].splitlines()
+    fence, *lines, closing = out["response"].splitlines()  # shown as a code block: the app's words as text
+    assert fence.startswith("```") and closing == fence
     assert lines[0].startswith("HTTP 200") and "content-type: application/json" in lines
     ctrl.send_request(sid, "GET", "/api/nothing-here", "(anonymous)", "")
     history = ctrl.send_request(sid, "GET", "/api/me", "(anonymous)", "")["history"].replace("\\", "")

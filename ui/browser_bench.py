@@ -468,7 +468,7 @@ def play(visitor: _Visitor, round_: int) -> None:
     visitor.reveal("#play-send", "HTTP")
     visitor.fill("#play-path", REQUEST_PATH)
     visitor.measure("play: send a request", lambda: page.click("#play-send"),
-                    changed(STATUS), changed(Change("#play-response" + CODE, includes="HTTP")))
+                    changed(STATUS), changed(Change("#play-response" + MARKDOWN, includes="HTTP")))
 
     visitor.reveal("#play-tests", "Tests")
     visitor.measure("play: run tests", lambda: page.click("#play-tests"),

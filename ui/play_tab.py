@@ -237,7 +237,7 @@ class PlayController:
                 raise UserError(f"The JSON body is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                                 f"{exc.msg}). Nothing was sent.") from None
         sid, observation = self._step(sid, action)
-        return self._progress(sid, observation, response=response_text(observation),
+        return self._progress(sid, observation, response=safe.fence(response_text(observation)),
                               history=history_markdown(self.hub.record(sid)))
 
     def run_tests(self, sid: str | None) -> dict[str, Any]:
@@ -450,8 +450,8 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
                                           "Name: value)", placeholder="X-Request-Id: 42", elem_id="play-headers")
             c["send"] = gr.Button("Send request (http_request)", variant="primary", elem_id="play-send")
             _message(c, "http")
-            c["response"] = gr.Code("", language=None, label="Response: status, headers, body", lines=8,
-                                    elem_id="play-response")
+            gr.Markdown("**Response**: status, headers, body")
+            c["response"] = safe.markdown_component("", max_height=480, elem_id="play-response")
             c["history"] = safe.markdown_component(history_markdown(None), elem_id="play-history",
                                                    max_height=300)
         with gr.Tab("Tests"):
