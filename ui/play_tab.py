@@ -374,11 +374,8 @@ def history_markdown(record: Any) -> str:
     frame = rollout_view.request_frame(record)
     if frame.empty:
         return "**Requests so far**: none yet."
-    columns = list(rollout_view.REQUEST_COLUMNS)
-    lines = ["**Requests so far** (newest first)", "", "| " + " | ".join(columns) + " |",
-             "|" + " --- |" * len(columns)]
-    for row in frame.head(HISTORY_ROWS).itertuples(index=False):
-        lines.append("| " + " | ".join(safe.markdown(value) for value in row) + " |")
+    lines = ["**Requests so far** (newest first)", "",
+             safe.table(frame.head(HISTORY_ROWS).itertuples(index=False), rollout_view.REQUEST_COLUMNS)]
     if len(frame) > HISTORY_ROWS:
         lines.append(f"\n… and {len(frame) - HISTORY_ROWS} earlier request(s) (the episode log lists every step)")
     return "\n".join(lines)
@@ -453,7 +450,7 @@ def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s:
             gr.Markdown("**Response**: status, headers, body")
             c["response"] = safe.markdown_component("", max_height=480, elem_id="play-response")
             c["history"] = safe.markdown_component(history_markdown(None), elem_id="play-history",
-                                                   max_height=300)
+                                                   max_height=300, elem_classes=["a01-table"])
         with gr.Tab("Tests"):
             with gr.Row():
                 c["run_tests"] = gr.Button("Run visible tests (run_tests)", elem_id="play-tests")

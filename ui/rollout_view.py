@@ -236,6 +236,15 @@ def breakdown_frame(reward_breakdown: dict[str, Any] | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(BREAKDOWN_COLUMNS)).astype({"value": "float64", "measured": "float64"})
 
 
+def breakdown_markdown(reward_breakdown: dict[str, Any] | None) -> str:
+    """The reward's components as a Markdown table (escaped cells), for views redrawn often."""
+    frame = breakdown_frame(reward_breakdown)
+    if frame.empty:
+        return ""
+    rows = [(r.component, f"{r.value:+.3f}", f"{r.measured:g}", r.detail) for r in frame.itertuples(index=False)]
+    return "**Reward breakdown**\n\n" + safe.table(rows, BREAKDOWN_COLUMNS)
+
+
 def probe_frame(verification: dict[str, Any] | None, *, reveal_hidden: bool = True) -> pd.DataFrame:
     """One row per probe of the verification (:data:`PROBE_COLUMNS`), in the verifier's order; hidden
     probes left out unless ``reveal_hidden``. A probe's requests are joined with ``"; then "``."""

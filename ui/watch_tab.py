@@ -519,7 +519,7 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
         message = EMPTY_SIDE if not name else "This set has no episode of the chosen scenario."
         return {f"{side}_title": message, f"{side}_action": "", f"{side}_observation": "",
                 f"{side}_transcript": "", f"{side}_outcome": "",
-                f"{side}_breakdown": rollout_view.breakdown_frame(None), f"{side}_diff": diff_view.diff_html("", empty="")}
+                f"{side}_breakdown": "", f"{side}_diff": diff_view.diff_html("", empty="")}
     view = rollout_view.step_view(record, index)
     title = f"**{safe.markdown(record.agent_id)}** · {safe.markdown(view.title)}"
     if index > view.total > 0:  # the other side plays on
@@ -532,7 +532,7 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
         f"{side}_observation": view.observation_text,
         f"{side}_transcript": view.transcript_markdown or "_No HTTP requests yet._",
         f"{side}_outcome": rollout_view.outcome_markdown(record),
-        f"{side}_breakdown": rollout_view.breakdown_frame(record.reward_breakdown),
+        f"{side}_breakdown": rollout_view.breakdown_markdown(record.reward_breakdown),
         f"{side}_diff": diff_view.diff_html(record.diff, empty="(no changes)"),
     }
 
@@ -552,7 +552,8 @@ def _side(c: dict[str, Any], side: str, heading: str) -> None:
         c[f"{side}_transcript"] = safe.markdown_component("", elem_id=f"watch-{side}-transcript")
     with gr.Accordion("Outcome, reward breakdown and final diff", open=side == "live"):
         c[f"{side}_outcome"] = safe.markdown_component("", elem_id=f"watch-{side}-outcome")
-        c[f"{side}_breakdown"] = gr.Dataframe(rollout_view.breakdown_frame(None), label="Reward breakdown", wrap=True)
+        c[f"{side}_breakdown"] = safe.markdown_component("", elem_id=f"watch-{side}-breakdown",
+                                                         elem_classes=["a01-table"])
         gr.Markdown("Final diff")
         c[f"{side}_diff"] = gr.HTML(diff_view.diff_html("", empty=""), elem_id=f"watch-{side}-diff")
 
