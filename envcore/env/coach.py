@@ -132,8 +132,9 @@ class Coach:
     def _replay(self, source: AppSource, step: ProbeStep) -> HttpResponse:
         probe = Probe(id="replay", kind=ProbeKind.REGRESSION, title="a replayed request", steps=(step,))
         try:
-            return answer_sandboxed(self.episode.sandbox, source, probe, self.episode.tokens,
-                                    base=self.episode.base)[0]
+            # a fresh worker, not one from the episode's template: a template serves one run, and the
+            # player's next test run is waiting for the one prepared for it
+            return answer_sandboxed(self.episode.sandbox, source, probe, self.episode.tokens)[0]
         except (RunnerInfrastructureError, KeyError, OSError) as exc:
             return HttpResponse(None, error=str(exc))
 
