@@ -60,3 +60,44 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+# ----- driving the page ---------------------------------------------------------------------------------
+def open_page(browser, url: str, viewport: dict[str, int]):
+    """A fresh context on ``url`` with the Play tab drawn: (context, page, JavaScript errors seen)."""
+    context = browser.new_context(viewport=viewport)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url)
+    page.wait_for_selector("#play-new")
+    return context, page, errors
+
+
+def shot(page, name: str, *, full_page: bool = True) -> None:
+    """A screenshot under :data:`SHOTS` (look at it)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
+
+
+def textbox(page, elem_id: str):
+    return page.locator(f"#{elem_id}").get_by_role("textbox")
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    """Pick ``option`` in the Gradio dropdown ``elem_id``."""
+    box = page.locator(f"#{elem_id}").get_by_role("combobox")
+    box.click()
+    page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option", name=option, exact=True).click()
+
+
+def wait_text(page, elem_id: str, text: str) -> None:
+    """Wait until the element ``elem_id`` shows ``text``."""
+    page.wait_for_function("([id, t]) => (document.querySelector('#' + id)?.innerText || '').includes(t)",
+                           arg=[elem_id, text])
+
+
+def no_error_overlay(page) -> None:
+    assert page.get_by_text("Error", exact=True).count() == 0, "an error overlay is on the page"
+    assert page.locator(".toast-body").count() == 0, "a toast popped up"

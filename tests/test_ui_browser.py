@@ -20,7 +20,20 @@ from envcore.cache import ScenarioCache
 from envcore.env.bench import free_port, start_server
 from envcore.env.episode_log import read_episodes
 from envcore.patching import apply_patch
-from tests.browser_kit import ROOT, SHOTS, TIMEOUT_MS, chromium, running_space, skip_unless_wanted
+from tests.browser_kit import (
+    ROOT,
+    TIMEOUT_MS,
+    choose,
+    chromium,
+    no_error_overlay,
+    open_page,
+    running_space,
+    shot,
+    skip_unless_wanted,
+    textbox,
+    wait_text,
+)
+
 
 def _hand_played_scenario() -> str:
     """A test-split, tier-1 mass-assignment scenario of the newest shipped cache whose reference fix
@@ -53,32 +66,10 @@ def browser():
 
 @pytest.fixture
 def page(browser, server):
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(server["url"])
-    page.wait_for_selector("#play-new")
+    context, page, errors = open_page(browser, server["url"], {"width": 1440, "height": 900})
     yield page
     context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def textbox(page, elem_id: str):
-    return page.locator(f"#{elem_id}").get_by_role("textbox")
-
-
-def choose(page, elem_id: str, option: str) -> None:
-    """Pick ``option`` in the Gradio dropdown ``elem_id``."""
-    box = page.locator(f"#{elem_id}").get_by_role("combobox")
-    box.click()
-    page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option", name=option, exact=True).click()
 
 
 def new_episode(page, scenario: str) -> None:
@@ -148,14 +139,8 @@ def test_a_person_plays_an_episode_by_hand_to_a_reward_breakdown(page, server):
 
 def message(page, elem_id: str, text: str) -> str:
     """Wait until the message beside a control says ``text``; what it says."""
-    page.wait_for_function("([id, t]) => (document.querySelector('#' + id)?.innerText || '').includes(t)",
-                           arg=[elem_id, text])
+    wait_text(page, elem_id, text)
     return page.locator(f"#{elem_id}").inner_text()
-
-
-def no_error_overlay(page) -> None:
-    assert page.get_by_text("Error", exact=True).count() == 0, "an error overlay is on the page"
-    assert page.locator(".toast-body").count() == 0, "a toast popped up instead of a message"
 
 
 def test_every_mistake_is_a_message_beside_its_control_and_the_episode_survives(page):
@@ -321,13 +306,7 @@ def trained_space(training_run):
 
 
 def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_space, training_run):
-    context = browser.new_context(viewport={"width": 1440, "height": 1200})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(trained_space)
-    page.wait_for_selector("#play-new")
+    context, page, errors = open_page(browser, trained_space, {"width": 1440, "height": 1200})
     page.get_by_role("tab", name="Dashboard").click()
     page.wait_for_selector("#dash-training-curves .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
     page.locator("#dash-training-curves").scroll_into_view_if_needed()

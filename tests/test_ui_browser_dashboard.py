@@ -17,7 +17,7 @@ import statistics
 import pytest
 
 from envcore.env.episode_log import EpisodeLogger
-from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space, skip_unless_wanted
+from tests.browser_kit import chromium, no_error_overlay, open_page, running_space, shot, skip_unless_wanted
 from tests.test_ui_data import make_record
 
 skip_unless_wanted()
@@ -39,13 +39,7 @@ def browser():
 
 
 def open_dashboard(browser, server, viewport: dict[str, int]):
-    context = browser.new_context(viewport=viewport)
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(server["url"])
-    page.wait_for_selector("#play-new")
+    context, page, errors = open_page(browser, server["url"], viewport)
     page.get_by_role("tab", name="Dashboard").click()
     for elem_id in CHARTS:
         page.wait_for_selector(f"#{elem_id} .js-plotly-plot .main-svg")
@@ -60,16 +54,6 @@ def page(browser, server):
     no_error_overlay(page)
     context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
-
-
-def no_error_overlay(page) -> None:
-    assert page.get_by_text("Error", exact=True).count() == 0, "an error overlay is on the page"
-    assert page.locator(".toast-body").count() == 0, "a toast popped up"
-
-
-def shot(page, name: str, *, full_page: bool = True) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
 
 
 LEADERBOARD_ROWS = "#dash-leaderboard [role=row]:has([role=gridcell])"

@@ -8,7 +8,17 @@ from __future__ import annotations
 import pytest
 
 from envcore.cache import ScenarioCache
-from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space, skip_unless_wanted
+from tests.browser_kit import (
+    choose,
+    chromium,
+    no_error_overlay,
+    open_page,
+    running_space,
+    shot,
+    skip_unless_wanted,
+    textbox,
+    wait_text,
+)
 
 skip_unless_wanted()
 
@@ -29,52 +39,16 @@ def browser():
         yield launched
 
 
-def open_page(browser, url: str, width: int, height: int):
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(url)
-    page.wait_for_selector("#play-new")
-    return context, page, errors
-
-
-def textbox(page, elem_id: str):
-    return page.locator(f"#{elem_id}").get_by_role("textbox")
-
-
-def choose(page, elem_id: str, option: str) -> None:
-    box = page.locator(f"#{elem_id}").get_by_role("combobox")
-    box.click()
-    page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option", name=option, exact=True).click()
-
-
-def wait_text(page, elem_id: str, text: str) -> None:
-    page.wait_for_function("([id, t]) => (document.querySelector('#' + id)?.innerText || '').includes(t)",
-                           arg=[elem_id, text])
-
-
-def no_error_overlay(page) -> None:
-    assert page.locator(".toast-body").count() == 0
-    assert page.get_by_text("Error", exact=True).count() == 0
-
-
 def send(page, path: str, user: str) -> None:
     textbox(page, "play-path").fill(path)
     choose(page, "play-as-user", user)
     page.click("#play-send")
 
 
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
 @pytest.mark.parametrize("width,height", [(1400, 900), (390, 844)], ids=["desktop", "phone"])
 def test_the_checklist_hints_and_card_teach_a_player_who_fixes_the_bug(browser, server, width, height):
     bundle = ScenarioCache.open(None).load(IDOR_READ)
-    context, page, errors = open_page(browser, server, width, height)
+    context, page, errors = open_page(browser, server, {"width": width, "height": height})
     try:
         textbox(page, "play-scenario").fill(IDOR_READ)
         page.click("#play-new")
@@ -126,7 +100,7 @@ def test_the_checklist_hints_and_card_teach_a_player_who_fixes_the_bug(browser, 
 
 
 def test_a_bad_header_line_is_a_message_and_nothing_is_sent(browser, server):
-    context, page, errors = open_page(browser, server, 1400, 900)
+    context, page, errors = open_page(browser, server, {"width": 1400, "height": 900})
     try:
         textbox(page, "play-scenario").fill(IDOR_READ)
         page.click("#play-new")

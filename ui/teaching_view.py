@@ -37,7 +37,7 @@ CWE_NAMES = {
 }
 """The names MITRE gives the CWEs the bug classes map to."""
 EXCERPT_CHARS = 240
-_FENCE = re.compile(r"^```[a-z]*\n(.*?)\n```$", re.S | re.M)
+_FENCE = re.compile(r"^```[a-z]*\n(.*?)\n```$", re.DOTALL | re.MULTILINE)
 
 
 def bug_class_title(name: str) -> str:

@@ -52,11 +52,11 @@ from typing import Any
 from envcore.agents.base import Action, Agent
 from envcore.agents.catalog import LLMOptions, agent_factory
 from envcore.env.actions import A01Observation, A01State
-from envcore.env.environment import A01Environment, ResetError, Runtime
 from envcore.env.coach import Coach
+from envcore.env.environment import A01Environment, ResetError, Runtime
 from envcore.env.episode import DEFAULT_MAX_STEPS, ActionError
-from envcore.env.hints import hint_text, routes
 from envcore.env.episode_log import EpisodeRecord
+from envcore.env.hints import hint_text, routes
 from envcore.feedback.categories import categorize, episode_facts
 from envcore.server.capped_log import CappedEpisodeLog
 from envcore.server.guard import ClientPolicy, env_bytes, per_client_cap
