@@ -133,15 +133,13 @@ def replay_markdown(debrief: dict[str, Any]) -> str:
         lines = [head]
         if full:
             for index, step in enumerate(probe.steps[:4]):
-                query = "&".join(f"{k}={v}" for k, v in step.query.items())
-                request = f"{step.method} {step.path}" + (f"?{query}" if query else "")
                 who = f"as {safe.code(step.actor)} ({safe.markdown(roles.get(step.actor, 'user'))})" if step.actor \
                     else "anonymously"
                 body = f" with {safe.code(step.json_body)}" if step.json_body is not None else ""
                 body += "".join(f" with the header {safe.code(f'{k}: {v}')}" for k, v in step.headers.items())
                 got_before = before.steps[index] if before is not None and index < len(before.steps) else None
                 got_after = after.steps[index] if after is not None and index < len(after.steps) else None
-                lines.append(f"- {safe.code(request)} {who}{body}  \n"
+                lines.append(f"- {safe.code(step.request_line)} {who}{body}  \n"
                              f"  before: {safe.code(getattr(got_before, 'status', None))} "
                              f"{safe.code(_excerpt(got_before)) if _excerpt(got_before) else ''}  \n"
                              f"  after: {safe.code(getattr(got_after, 'status', None))} "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from urllib.parse import urlencode
 
 from envcore.patching import PatchError, parse_patch
 from envcore.scenario.bundle import Bundle
@@ -126,10 +125,9 @@ def _exploit(bundle: Bundle, disclosure: Disclosure) -> str:
                 "or with what only a privileged user may send, and read the answer: the app should refuse it.")
     lines = []
     for step in probe.steps[:3]:
-        path = step.path + (f"?{urlencode(step.query, safe='/.:{}')}" if step.query else "")
         who = f"as `{step.actor}` ({roles.get(step.actor, 'a user')})" if step.actor else "anonymously"
         body = f" with the JSON body `{json.dumps(step.json_body)}`" if step.json_body is not None else ""
         headers = "".join(f" with the header `{name}: {value}`" for name, value in step.headers.items())
-        lines.append(f"- `{step.method} {path}` {who}{headers}{body}")
+        lines.append(f"- `{step.request_line}` {who}{headers}{body}")
     return (f"The check that fails: {probe.title}. Send:\n\n" + "\n".join(lines) +
             "\n\nThe app should refuse it (or keep the data back); as shipped, it does not.")

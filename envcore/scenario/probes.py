@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from typing import Annotated, Any, Literal, Union
+from urllib.parse import urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -138,6 +139,13 @@ class ProbeStep(_Wire):
     @property
     def route_key(self) -> str:
         return f"{self.method} {self.path}"
+
+    @property
+    def request_line(self) -> str:
+        """``METHOD /path?query`` as a person reads it: the query URL-encoded, slashes, dots, colons and
+        braces left as they are (``GET /api/files?name=../../secrets.txt``)."""
+        query = f"?{urlencode(self.query, safe='/.:{}')}" if self.query else ""
+        return f"{self.method} {self.path}{query}"
 
 
 class Probe(_Wire):

@@ -375,19 +375,22 @@ class SessionHub:
                 return None
             bundle = episode.bundle
             record = env.record(episode.outcome or "submitted")
-            category, detail = categorize(episode_facts(record, bundle))
-            return {
-                "scenario_id": bundle.scenario_id, "title": bundle.title, "bug_class": bundle.bug_class,
-                "cwe": list(bundle.cwe), "task": bundle.task, "tier": bundle.tier, "routes": routes(bundle),
-                "reference_fix": bundle.reference_fix, "disclosure": env.disclosure,
-                "roles": {u.username: u.role for u in bundle.users},
-                "sites": {s.site: f"{s.method} {s.path}" for s in bundle.sites},
-                "replays": coach.exploit_replays(), "resolution": record.reward_breakdown and
-                record.reward_breakdown.get("resolution"), "reward": record.reward,
-                "category": {"name": category.name, "title": category.title, "description": category.description,
-                             "detail": detail, "failure": category.failure},
-                "hints": list(episode.hints), "checklist": coach.checklist(DEBRIEF_WAIT_S),
-            }
+            disclosure = env.disclosure
+        # The episode is over, so its files no longer change: the replays and the wait for the last
+        # requests' judgements need not hold the session.
+        category, detail = categorize(episode_facts(record, bundle))
+        return {
+            "scenario_id": bundle.scenario_id, "title": bundle.title, "bug_class": bundle.bug_class,
+            "cwe": list(bundle.cwe), "task": bundle.task, "tier": bundle.tier, "routes": routes(bundle),
+            "reference_fix": bundle.reference_fix, "disclosure": disclosure,
+            "roles": {u.username: u.role for u in bundle.users},
+            "sites": {s.site: f"{s.method} {s.path}" for s in bundle.sites},
+            "replays": coach.exploit_replays(), "resolution": (record.reward_breakdown or {}).get("resolution"),
+            "reward": record.reward,
+            "category": {"name": category.name, "title": category.title, "description": category.description,
+                         "detail": detail, "failure": category.failure},
+            "hints": list(episode.hints), "checklist": coach.checklist(DEBRIEF_WAIT_S),
+        }
 
     def record(self, session_id: str) -> EpisodeRecord | None:
         """The session's episode so far, in the episode-log format (what the rollout viewer shows)."""
