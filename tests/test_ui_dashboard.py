@@ -270,7 +270,7 @@ def small_artifacts(tmp_path) -> Path:
 def test_a_human_episode_is_on_the_dashboard_the_next_time_the_tab_is_opened(small_artifacts, tmp_path):
     log = tmp_path / "elsewhere" / "human.jsonl"  # A01_HUMAN_LOG, outside the artifacts folder
     ctrl = controller(small_artifacts, log)
-    assert ctrl.rollout_sets()["human"].label == dashboard_tab.HUMAN_LABEL
+    assert ctrl.rollout_sets()["human"].label == artifact_sets.HUMAN_LABEL
     page = ctrl.refresh()
     shown, seen = page["sets"]["value"], page["seen"]
     assert "human" in shown and "no human episodes yet" in page["headline"]

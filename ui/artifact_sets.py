@@ -205,19 +205,43 @@ def describe(name: str, kind: str, folder: Path, root: Path) -> tuple[str, str]:
     return " · ".join(p for p in (words, where, caveat) if p), caveat
 
 
-def discover(root: Path) -> list[RolloutSet]:
+HUMAN = "human"
+LIVE_HUMAN = "human (this Space)"
+"""The Space's own human log's set name when a shipped log is already called ``human``."""
+HUMAN_LABEL = "Human players · this Space"
+
+
+def discover(root: Path, *, human_log: Path | None = None) -> list[RolloutSet]:
     """Every episode log under ``root``, sorted by kind (:data:`KINDS`) then name; ``[]`` if ``root``
-    does not exist. See the module docstring for what is skipped and how a set is named and kinded."""
+    does not exist. See the module docstring for what is skipped and how a set is named and kinded.
+    ``human_log``: the log this Space writes its players' episodes to (``A01_HUMAN_LOG``), a set
+    wherever it is; it replaces the default ``human/episodes.jsonl`` this Space is not writing."""
     root = Path(root)
-    if not root.is_dir():
-        return []
-    found = find_episode_logs(root, skip_dirs=SKIPPED_DIRS, empty_ok=True)
     sets = []
-    for name, path in found.items():
-        kind = _kind(name, path.parent)
-        label, caveat = describe(name, kind, path.parent, root)
-        sets.append(RolloutSet(name=name, path=path, kind=kind, label=label, caveat=caveat))
+    if root.is_dir():
+        for name, path in find_episode_logs(root, skip_dirs=SKIPPED_DIRS, empty_ok=True).items():
+            kind = _kind(name, path.parent)
+            label, caveat = describe(name, kind, path.parent, root)
+            sets.append(RolloutSet(name=name, path=path, kind=kind, label=label, caveat=caveat))
+    if human_log is not None and not any(_same_file(s.path, Path(human_log)) for s in sets):
+        default = root / HUMAN / "episodes.jsonl"
+        sets = [s for s in sets if not (s.name == HUMAN and _same_file(s.path, default))]
+        name = HUMAN if all(s.name != HUMAN for s in sets) else LIVE_HUMAN
+        sets.append(RolloutSet(name=name, path=Path(human_log), kind="human", label=HUMAN_LABEL))
     return sorted(sets, key=lambda s: (KINDS.index(s.kind), s.name))
+
+
+def logged_to(runtime: object) -> Path | None:
+    """The file a runtime logs its episodes to (the Space's human log), or ``None``."""
+    path = getattr(getattr(runtime, "logger", None), "path", None)
+    return Path(path) if path else None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 # ----- reading, cached per file version -------------------------------------------------------------

@@ -57,10 +57,6 @@ DIMENSIONS = {"Bug class": "bug_class", "Tier": "tier", "Domain": "domain"}
 RATE_METRICS = {"Full fix": "full_fix", "Partial fix": "partial", "Mean reward": "reward"}
 DELTA_METRICS = {"Reward": "reward", "Full fix": "full_fix"}
 ANY = "any"
-HUMAN = "human"
-LIVE_HUMAN = "human (this Space)"
-"""The Space's own human log's set name when a shipped log is already called ``human``."""
-HUMAN_LABEL = "Human players · this Space"
 SCRIPTED = frozenset(artifact_sets.AGENT_WORDS) - {"oracle"}
 """The scripted baselines (no model): a best agent among them is said to be only a scripted baseline."""
 FRAME_ENTRIES = 17
@@ -219,8 +215,7 @@ class DashboardController:
         self.cache = hub.runtime.cache
         self.domains = scenario_domains(self.cache)
         self.manifest = data.manifest_frame(self.cache.rows)
-        logger = getattr(hub.runtime, "logger", None)
-        self.human_log: Path | None = Path(logger.path) if getattr(logger, "path", None) else None
+        self.human_log = artifact_sets.logged_to(hub.runtime)
         self._frames: OrderedDict[tuple[Any, ...], pd.DataFrame] = OrderedDict()
         self._derived: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
@@ -229,17 +224,8 @@ class DashboardController:
 
     # ----- what there is to show ---------------------------------------------------------------
     def rollout_sets(self) -> dict[str, artifact_sets.RolloutSet]:
-        """Every rollout set under the artifacts folder, and the Space's own human log wherever it is
-        (``A01_HUMAN_LOG``): it replaces the default ``artifacts/human`` log this Space is not writing."""
-        found = artifact_sets.discover(self.artifacts)
-        live = self.human_log
-        if live is not None and not any(_same_file(s.path, live) for s in found):
-            default = self.artifacts / "human" / "episodes.jsonl"
-            found = [s for s in found if not (s.name == HUMAN and _same_file(s.path, default))]
-            name = HUMAN if all(s.name != HUMAN for s in found) else LIVE_HUMAN
-            found.append(artifact_sets.RolloutSet(name=name, path=live, kind="human", label=HUMAN_LABEL))
-            found.sort(key=lambda s: (artifact_sets.KINDS.index(s.kind), s.name))
-        return {s.name: s for s in found}
+        """Every rollout set under the artifacts folder, and the Space's own human log wherever it is."""
+        return {s.name: s for s in artifact_sets.discover(self.artifacts, human_log=self.human_log)}
 
     @staticmethod
     def version(sets: dict[str, artifact_sets.RolloutSet]) -> str:
@@ -445,13 +431,6 @@ def browser_count(matching: int, total: int) -> str:
     """What the scenario browser lists: how many match, and that only the first ones are shown."""
     shown = f"; the first {BROWSER_ROWS} are listed: filter to narrow" if matching > BROWSER_ROWS else ""
     return f"{matching} of {total} scenarios{shown}"
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return False
 
 
 def _caption(name: str) -> None:
