@@ -35,7 +35,7 @@ from envcore.sandbox import supported_platform
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ("tests/test_sandbox_attacks.py", "tests/test_sandbox_isolation.py", "tests/test_fault_attribution.py",
-           "tests/test_hidden_stays_hidden.py")
+           "tests/test_hidden_stays_hidden.py", "tests/test_coach.py")
 NOBODY = 65534
 
 pytestmark = [
