@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -90,6 +90,39 @@ def choose(page, elem_id: str, option: str) -> None:
     box = page.locator(f"#{elem_id}").get_by_role("combobox")
     box.click()
     page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function("([id, v]) => document.querySelector('#' + id + ' input')?.value === v",
+                           arg=[elem_id, option])
+
+
+def fill(page, elem_id: str, text: str) -> None:
+    """Type ``text`` into the Gradio textbox ``elem_id`` and wait until the box holds it."""
+    box = textbox(page, elem_id)
+    box.fill(text)
+    page.wait_for_function("([id, v]) => document.querySelector('#' + id + ' textarea, #' + id + ' input')"
+                           "?.value === v", arg=[elem_id, text])
+
+
+def send_request(page, path: str, user: str | None = None, timeout_ms: int = 60_000) -> str:
+    """Send ``path`` (as ``user`` when given) from the Play tab's HTTP tab, which must be open; the
+    response shown once it has changed, or a failure that says what the page showed instead."""
+    fill(page, "play-path", path)
+    if user is not None:
+        choose(page, "play-as-user", user)
+    before = [page.locator("#play-response").inner_text(), page.locator("#play-http-msg").inner_text()]
+    page.click("#play-send")
+    try:
+        page.wait_for_function(
+            "([r, m]) => document.querySelector('#play-response').innerText !== r"
+            " || document.querySelector('#play-http-msg').innerText !== m",
+            arg=before, timeout=timeout_ms)
+    except Exception as exc:  # Playwright's TimeoutError
+        raise AssertionError(f"no response to {path}: the response box shows "
+                             f"{page.locator('#play-response').inner_text()!r}, the message beside Send "
+                             f"{page.locator('#play-http-msg').inner_text()!r}, the status "
+                             f"{page.locator('#play-status').inner_text()!r}") from exc
+    message = page.locator("#play-http-msg").inner_text().strip()
+    assert not message, f"{path} was refused by the page: {message}"
+    return page.locator("#play-response").inner_text()
 
 
 def wait_text(page, elem_id: str, text: str) -> None:

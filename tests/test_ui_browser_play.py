@@ -11,6 +11,7 @@ from envcore.cache import ScenarioCache
 from tests.browser_kit import (
     choose,
     chromium,
+    fill,
     no_error_overlay,
     open_page,
     running_space,
@@ -40,7 +41,7 @@ def browser():
 
 
 def send(page, path: str, user: str) -> None:
-    textbox(page, "play-path").fill(path)
+    fill(page, "play-path", path)
     choose(page, "play-as-user", user)
     page.click("#play-send")
 
