@@ -453,6 +453,65 @@ def test_creating_files_past_max_new_files_via_sqlite_is_denied(sb, bundle, fixe
     assert files <= LIMITS.max_new_files + 2, f"{response.body!r}: {files} files in the workspace"
 
 
+def test_files_created_while_loading_are_capped_by_the_quota(sb, bundle, fixed):
+    """An app may create files while it loads (a SQLite database at start-up), up to the quota."""
+    count = LIMITS.max_new_files * 3
+    flood = f"""
+        for _i in range({count}):
+            with open(f"flood-{{_i}}.bin", "wb") as _handle:
+                _handle.write(b"x" * 1024)
+    """
+    report = assert_no_reward(sb, bundle, with_code(fixed, flood))
+    assert report.outcome == "load_error" and f"at most {LIMITS.max_new_files}" in report.load_error
+    assert_sandbox_healthy(sb)
+
+
+def test_no_file_can_be_created_once_the_app_has_loaded_even_if_loading_created_some(sb, bundle, fixed):
+    made_at_import = """
+        import sqlite3 as _sqlite3
+        _db = _sqlite3.connect("made-at-import.sqlite", check_same_thread=False)
+        _db.execute("create table t (x)")
+        _db.commit()
+    """
+    attack = """
+        import os
+        _db.execute("insert into t values (1)")  # writes keep working: the journal is in memory
+        _db.commit()
+        return {"rows": _db.execute("select count(*) from t").fetchone()[0],
+                "later": _attempt(lambda: open("made-later.txt", "w").write("x")),
+                "folder": _attempt(lambda: os.mkdir("made-later.d")),
+                "database": _attempt(lambda: _sqlite3.connect("made-later.sqlite").execute("create table u (x)")),
+                "files": sorted(os.listdir("."))}
+    """
+    result = call_json(sb, bundle, with_route(with_code(fixed, made_at_import), attack))
+    assert result["rows"] == 1
+    assert result["later"]["ok"] is False and result["folder"]["ok"] is False, result
+    assert result["database"]["ok"] is False, result
+    assert "made-at-import.sqlite" in result["files"]
+    assert not any(name.startswith("made-later") for name in result["files"]), result["files"]
+    assert_sandbox_healthy(sb)
+
+
+def test_an_app_that_closes_the_descriptor_of_the_freeze_does_not_load(sb, bundle, fixed):
+    """The layer that closes the folder to new files is prepared before app code runs and applied
+    after it has loaded; an app that closes its descriptor (everything but its socket) in between
+    does not get a folder it can keep filling: it does not load, and the failure is its own."""
+    close_all = """
+        import os as _os, stat as _stat
+        for _fd in range(3, 256):
+            try:
+                if not _stat.S_ISSOCK(_os.fstat(_fd).st_mode):
+                    _os.close(_fd)
+            except OSError:
+                pass
+    """
+    report = verify(bundle, with_code(fixed, close_all), sandbox=sb)
+    if report.containment.get("landlock_abi"):
+        assert report.outcome == "load_error" and "new files" in report.load_error, report.summary()
+        assert report.resolution is Resolution.NO  # the app's failure, never an infrastructure error
+    assert_sandbox_healthy(sb)
+
+
 def test_deleting_the_workspace_does_not_affect_the_next_app(sb, bundle, fixed):
     wreck = f"""
         import os, shutil

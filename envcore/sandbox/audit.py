@@ -7,8 +7,9 @@ the last step before app code runs. It refuses:
 
 * file access outside the workspace (reads are also allowed inside the Python installation, so an
   app may import a module nobody imported before), links and symlinks, and more than
-  ``max_new_files`` newly created files, folders and SQLite databases (where Landlock is available
-  the kernel refuses creating any, see :func:`envcore.sandbox.containment.freeze_workspace`);
+  ``max_new_files`` newly created files, folders and SQLite databases while the app loads (once it
+  has loaded, where Landlock is available, the kernel refuses creating any, see
+  :func:`envcore.sandbox.containment.prepare_freeze`);
 * processes and programs (``os.system``, ``os.exec*``, ``os.fork``, ``subprocess``, ``pty``),
   signals (``os.kill``), sockets and every network client in the standard library;
 * ``ctypes`` in any form, SQLite extension loading, ``fcntl.ioctl``, changing resource limits,
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 DENIED_EVENTS = frozenset({
     "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
@@ -71,7 +72,7 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
 class AuditPolicy:
     """Decides audit events for one worker. :meth:`decide` is pure apart from the file counter."""
 
-    __slots__ = ("workspace", "read_roots", "max_new_files", "new_files")
+    __slots__ = ("workspace", "read_roots", "max_new_files", "new_files", "permitted_call")
 
     def __init__(self, workspace: str, read_roots: Iterable[str], max_new_files: int, *, writable: bool = True) -> None:
         here = (os.path.abspath(workspace),)
@@ -80,6 +81,18 @@ class AuditPolicy:
         self.read_roots = tuple(os.path.abspath(r) for r in read_roots) + here
         self.max_new_files = max_new_files
         self.new_files = 0
+        self.permitted_call: int | None = None
+        """The one foreign function the worker itself may call right now (see :meth:`permit_call`)."""
+
+    def permit_call(self, address: int, call: Callable[[], Any]) -> Any:
+        """Run ``call`` (the worker's own code, no app code in between) with ``ctypes`` calls to the
+        function at ``address`` allowed, and only while it runs: how the worker applies the Landlock
+        layer it prepared before the hook (:class:`envcore.sandbox.landlock.PreparedLayer`)."""
+        self.permitted_call = address
+        try:
+            return call()
+        finally:
+            self.permitted_call = None
 
     def _path(self, value: Any) -> str | None:
         """An absolute path for a path-like argument, ``None`` for an open descriptor."""
@@ -127,6 +140,8 @@ class AuditPolicy:
             return reason
         if event == "os.mkdir":
             return self._may_write(args[0] if args else None) or self._count_new(args[0] if args else None)
+        if event == "ctypes.call_function" and self.permitted_call is not None and args and args[0] == self.permitted_call:
+            return None
         if event in DENIED_EVENTS or event.startswith(DENIED_PREFIXES):
             return f"{event} is not allowed in the sandbox"
         if event == "import":
@@ -148,7 +163,7 @@ class AuditPolicy:
                 return reason
         return None
 
-    def install(self) -> None:
+    def install(self) -> "AuditPolicy":
         decide = self.decide
 
         def hook(event: str, args: tuple[Any, ...]) -> None:
@@ -157,3 +172,4 @@ class AuditPolicy:
                 raise SandboxViolation(reason)
 
         sys.addaudithook(hook)
+        return self

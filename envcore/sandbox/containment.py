@@ -14,6 +14,9 @@ In order (each step needs the ones before it):
 5. **Resource limits**: address space, CPU seconds, file size, open files, processes, no core dumps.
 6. **Capabilities** dropped (when running as root, as in many containers).
 7. **Landlock** file and network rules, then the **seccomp** filter, then the **audit hook**.
+8. Once the app has loaded (imported and started, which may create files such as a SQLite
+   database): a second Landlock layer that refuses **creating** any file or folder
+   (:func:`prepare_freeze`, :func:`freeze`).
 
 :func:`contain` returns which layers are active; the verifier copies that into every report, so a
 result produced on a kernel without Landlock says so.
@@ -156,9 +159,9 @@ def contain(
     layers are in place. With ``idle_priority`` everything up to here runs under ``SCHED_IDLE``, so
     preparing a spare only ever uses a CPU nobody else wants; the worker returns to normal priority
     before it drops its capabilities (only a privileged process may leave ``SCHED_IDLE``).
-    ``workspace_access`` is ``"writable"`` (a fresh worker, which writes the app's files and then
-    freezes the folder, :func:`freeze_workspace`), ``"frozen"`` (a template's worker: the app's files
-    exist already; it may write them, not create any) or ``"read-only"``."""
+    ``workspace_access`` is ``"writable"`` (a worker, which may create files until its app has loaded
+    and then freezes the folder, :func:`freeze`), ``"frozen"`` (no file may be created at all) or
+    ``"read-only"``."""
     if idle_priority:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     layers: dict[str, Any] = {"rlimits": True}
@@ -207,13 +210,23 @@ def has_capability(number: int) -> bool:
     return False
 
 
-def freeze_workspace(workspace: str, read_roots: list[str]) -> bool:
-    """Second Landlock layer: from now on no file or folder can be created in the workspace (or
-    anywhere). Returns whether the kernel applied it; without Landlock the audit hook's file quota
-    is what remains."""
-    abi, problem = landlock.restrict(read_roots, [workspace], workspace_access=landlock.FROZEN_WORKSPACE)
-    return problem is None and abi > 0
+def prepare_freeze(workspace: str, read_roots: list[str]) -> landlock.PreparedLayer | None:
+    """The Landlock layer after which no file or folder can be created in the workspace (or
+    anywhere), built now, before the audit hook, and applied by :func:`freeze` once the app has
+    loaded: its import and start-up may create files (a SQLite database), its requests may not.
+    ``None`` without Landlock, where the audit hook's file quota is what remains."""
+    layer, _problem = landlock.prepare(read_roots, [workspace], workspace_access=landlock.FROZEN_WORKSPACE)
+    return layer
 
 
-def install_audit_hook(workspace: str, limits: SandboxLimits, read_roots: list[str], *, writable: bool = True) -> None:
-    AuditPolicy(workspace, read_roots, limits.max_new_files, writable=writable).install()
+def freeze(layer: landlock.PreparedLayer | None, policy: AuditPolicy) -> str | None:
+    """Apply a layer from :func:`prepare_freeze` (the audit hook lets exactly its one system call
+    through); ``None``, or why it failed (the app's doing: it closed the layer's descriptor)."""
+    if layer is None:
+        return None
+    problem = policy.permit_call(layer.function_address, layer.apply)
+    return None if problem is None else f"the app's folder could not be closed to new files ({problem})"
+
+
+def install_audit_hook(workspace: str, limits: SandboxLimits, read_roots: list[str], *, writable: bool = True) -> AuditPolicy:
+    return AuditPolicy(workspace, read_roots, limits.max_new_files, writable=writable).install()

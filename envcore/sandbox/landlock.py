@@ -77,9 +77,47 @@ def restrict(
 
     Each call adds a layer; a process keeps only the rights every layer grants, so a later call
     can narrow (never widen) what an earlier one allowed."""
+    layer, problem = prepare(read_only, read_write, workspace_access=workspace_access)
+    if layer is None:
+        return 0, problem
+    problem = layer.apply()
+    return (0, problem) if problem else (layer.abi, None)
+
+
+class PreparedLayer:
+    """A Landlock layer built now and applied later, with one system call and no new ``ctypes``
+    objects: a worker prepares the layer that freezes its folder before it installs its audit hook
+    (which refuses ``ctypes``) and applies it once the app has loaded (see
+    :mod:`envcore.sandbox.worker`). The audit hook lets exactly that call through
+    (:attr:`function_address`, see :meth:`envcore.sandbox.audit.AuditPolicy.permit_call`)."""
+
+    def __init__(self, abi: int, ruleset: int, libc: ctypes.CDLL) -> None:
+        self.abi, self.ruleset = abi, ruleset
+        self._syscall = libc.syscall
+        self._args = (ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0))
+        self.function_address = ctypes.cast(self._syscall, ctypes.c_void_p).value or 0
+
+    def apply(self) -> str | None:
+        """Restrict this process with the layer; ``None``, or why it could not be applied."""
+        try:
+            if self._syscall(*self._args) != 0:
+                return f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}"
+            return None
+        finally:
+            try:
+                os.close(self.ruleset)
+            except OSError:
+                pass
+
+
+def prepare(
+    read_only: Iterable[str], read_write: Iterable[str], *, workspace_access: int = WORKSPACE
+) -> tuple[PreparedLayer | None, str | None]:
+    """Build a layer (and set ``no_new_privs``, which applying one needs) without applying it:
+    (the layer, ``None``) or (``None``, why not)."""
     abi = abi_version()
     if abi < 1:
-        return 0, "Landlock is not available in this kernel"
+        return None, "Landlock is not available in this kernel"
     handled_fs = _FS_BY_ABI[max(k for k in _FS_BY_ABI if k <= abi)]
     attr = _RulesetAttr(handled_fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
                         SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
@@ -88,7 +126,8 @@ def restrict(
     libc.syscall.restype = ctypes.c_long
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
-        return 0, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"
+        return None, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"
+    ruleset = int(ruleset)
     try:
         for paths, access in ((read_only, READ_ONLY), (read_write, workspace_access)):
             for path in paths:
@@ -101,13 +140,14 @@ def restrict(
                     rule = _PathBeneathAttr((access & handled_fs) if is_dir else (access & handled_fs & (READ_FILE | WRITE_FILE | TRUNCATE)), fd)
                     if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
                                     ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-                        return 0, f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}"
+                        os.close(ruleset)
+                        return None, f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}"
                 finally:
                     os.close(fd)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return 0, f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
-        if libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-            return 0, f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}"
-    finally:
+            os.close(ruleset)
+            return None, f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+    except BaseException:
         os.close(ruleset)
-    return abi, None
+        raise
+    return PreparedLayer(abi, ruleset, libc), None

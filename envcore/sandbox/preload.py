@@ -203,13 +203,15 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     # about 9 ms of CPU a worker and saved none on its requests (bench verify measured both).
     layers = containment.contain(root, limits, spawn["read_roots"],
                                  idle_priority=bool(spawn.get("idle_priority")),
-                                 workspace_access="frozen" if writable else "read-only")
+                                 workspace_access="writable" if writable else "read-only")
     layers["workspace"] = "template's, restored after each worker" if writable else "read-only"
     write_all_fd(fd, encode({"type": "spare"}))
 
     message, blob = read_frame_fd(fd)
     clock = [time.perf_counter()]
-    containment.install_audit_hook(root, limits, spawn["read_roots"], writable=writable)
+    freezer = containment.prepare_freeze(root, spawn["read_roots"]) if writable else None
+    layers["no_new_files"] = freezer is not None or not writable
+    policy = containment.install_audit_hook(root, limits, spawn["read_roots"], writable=writable)
     layers["audit_hook"] = True
     files: dict[str, str] = message["files"]
     try:
@@ -233,4 +235,5 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     if template.finder is not None:
         template.finder.files = files  # imports made later and tracebacks see the patched sources
     clock.append(time.perf_counter())
-    start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(plans)})
+    start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(plans)},
+                    loaded=lambda: containment.freeze(freezer, policy))

@@ -4,7 +4,9 @@ The zygote forks and calls :func:`worker_main` in the child, which never returns
 contains itself (:mod:`envcore.sandbox.containment`) and then waits, as a *spare*, for the parent to
 send an app; the parent keeps a few spares ready so that forking and containment are off the path
 of a verification. Given an app (whose data files the parent has already written into the workspace), the
-worker takes away its own right to create files, installs the audit hook, imports the app, runs its startup, and reports ``ready`` (with the containment layers) or
+worker installs the audit hook, imports the app and runs its start-up (both may create files, up to
+the hook's quota: a SQLite database, say), takes away its own right to create any more (a Landlock
+layer prepared before the hook), and reports ``ready`` (with the containment layers) or
 ``load_error``.
 Then it serves: each frame from the parent carries a list of requests, answered in order, one
 response frame each, by calling the ASGI app directly. It only ever sees requests: which of them are
@@ -23,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import CodeType
-from typing import Any
+from typing import Any, Callable
 
 from envcore.runner.http import HttpRequest, Lifespan, call_asgi
 from envcore.runner.inprocess import AppLoadError, _CodeCache, _endpoint_context_cache, _endpoints, _seed_endpoint_context, import_app, materialize
@@ -132,8 +134,9 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     files: dict[str, str] = message["files"]
     root = Path(workspace)  # the parent has written the data files here; the .py files load from memory
     code_cache = precompiled(root, files, message.get("compiled", []), blob)
-    layers["no_new_files"] = containment.freeze_workspace(workspace, spawn["read_roots"])
-    containment.install_audit_hook(workspace, limits, spawn["read_roots"])
+    freezer = containment.prepare_freeze(workspace, spawn["read_roots"])
+    layers["no_new_files"] = freezer is not None
+    policy = containment.install_audit_hook(workspace, limits, spawn["read_roots"])
     layers["audit_hook"] = True
     clock.append(time.perf_counter())
 
@@ -145,17 +148,22 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
         write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
         return
     clock.append(time.perf_counter())
-    start_and_serve(fd, app, loop, layers, clock, ("files", "import"))
+    start_and_serve(fd, app, loop, layers, clock, ("files", "import"), loaded=lambda: containment.freeze(freezer, policy))
 
 
 def start_and_serve(fd: int, app: Any, loop: asyncio.AbstractEventLoop, layers: dict[str, Any], clock: list[float],
-                    phases: tuple[str, ...], extra: dict[str, Any] | None = None) -> None:
-    """Run the app's startup, report ``ready`` (with how long each phase in ``clock`` took) or
-    ``load_error``, and serve requests."""
+                    phases: tuple[str, ...], extra: dict[str, Any] | None = None, *,
+                    loaded: Callable[[], str | None] | None = None) -> None:
+    """Run the app's startup, then ``loaded`` (which closes the folder to new files: ``None``, or
+    why it failed), report ``ready`` (with how long each phase in ``clock`` took) or ``load_error``,
+    and serve requests."""
     try:
         failure = loop.run_until_complete(Lifespan(app).startup())
         if failure is not None:
             raise AppLoadError(f"startup failed: {failure}")
+        problem = loaded() if loaded is not None else None
+        if problem is not None:
+            raise AppLoadError(problem)
     except AppLoadError as exc:
         write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
         return

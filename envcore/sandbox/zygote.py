@@ -1,7 +1,8 @@
 """The zygote: a warm process that forks one worker per app version.
 
 Started by :class:`~envcore.sandbox.pool.Sandbox` as ``python -m envcore.sandbox.zygote FD PARENT``
-with a scrubbed environment. It imports FastAPI, Starlette, Pydantic and the worker code once, then
+with a scrubbed environment. It imports FastAPI, Starlette, Pydantic, the libraries apps may use
+(:mod:`envcore.sandbox.app_runtime`) and the worker code once, then
 *warms up*: it loads the sample apps the parent sends and serves them a few requests, so that the
 first-use work every app needs (building validators, analysing dependencies, compiling route
 patterns) is done here once and inherited by every fork instead of being repeated in each. Then it
@@ -41,6 +42,7 @@ import pydantic  # noqa: F401
 import sqlite3  # noqa: F401
 
 from envcore.sandbox import containment
+from envcore.sandbox.app_runtime import keep_sqlite_journals_in_memory, preload_libraries
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireTimeout, send_frame
 from envcore.sandbox.worker import rehearse_all, worker_main
 
@@ -168,6 +170,8 @@ def main(argv: list[str]) -> int:
     fd, parent = int(argv[0]), int(argv[1])
     containment.tie_to_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the parent to handle
+    preload_libraries()  # the libraries apps may use, loaded by trusted code before the first fork
+    keep_sqlite_journals_in_memory()
     zygote = Zygote(socket.socket(fileno=fd))
     try:
         zygote.serve()

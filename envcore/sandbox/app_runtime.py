@@ -1,0 +1,78 @@
+"""What the sandbox gives an app besides its own files: the libraries it may import, and SQLite
+that works in a folder where no file may be created once the app has loaded.
+
+**Libraries.** An app may import the standard library (minus what only an escape would use, see
+:mod:`envcore.sandbox.audit`), FastAPI with Starlette and Pydantic, and the libraries real FastAPI
+apps are written with, listed in :data:`APP_LIBRARIES` (and in ``docs/bundle-format.md``). The zygote
+imports them all before it forks anything, so an app's ``import sqlalchemy`` costs a dictionary
+lookup instead of 150 ms in every worker, and modules a library pulls in at import (``uvicorn``
+imports ``multiprocessing``) are loaded by trusted code rather than refused as the app's own import.
+Using them is still bound by every layer: ``uvicorn.run`` cannot open a socket, a process pool
+cannot fork.
+
+**SQLite files.** A worker may create files while the app loads (its import and start-up create a
+database file, as most real apps do) and none afterwards (see :mod:`envcore.sandbox.worker`). SQLite
+creates a rollback journal beside the database for every write transaction, and temporary files for
+large sorts; :func:`keep_sqlite_journals_in_memory` makes every connection keep both in memory (the
+journal is only there to survive a crash, which a worker never needs to), so writes keep working
+after the folder is frozen. An app that switches to WAL itself needs ``-wal`` and ``-shm`` files and
+must create them while it loads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sqlite3
+import sqlite3.dbapi2
+from typing import Any
+
+APP_LIBRARIES = (
+    "uvicorn",
+    "sqlalchemy", "sqlalchemy.orm", "sqlalchemy.ext.asyncio", "sqlalchemy.dialects.sqlite",
+    "sqlmodel",
+    "jwt",
+    "jose", "jose.jwt",
+    "passlib", "passlib.context", "passlib.hash", "passlib.handlers.bcrypt",
+    "bcrypt",
+    "pwdlib", "pwdlib.hashers.argon2", "pwdlib.hashers.bcrypt",
+    "argon2",
+    "pydantic_settings",
+    "multipart", "python_multipart",
+    "email_validator",
+)
+"""Modules the zygote imports for every app (the libraries' public entry points); their submodules
+load on demand from the Python installation, which a worker may read."""
+
+
+def preload_libraries() -> list[str]:
+    """Import :data:`APP_LIBRARIES` (trusted, before the first fork); the names that are missing
+    from this installation (an app importing one gets an ``ImportError``, as it would anywhere)."""
+    missing = []
+    for name in APP_LIBRARIES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a library that fails to import is simply not offered
+            missing.append(name)
+    return missing
+
+
+_PRAGMAS = ("PRAGMA journal_mode=MEMORY", "PRAGMA temp_store=MEMORY")
+
+
+def keep_sqlite_journals_in_memory() -> None:
+    """Make ``sqlite3.connect`` (and ``sqlite3.dbapi2.connect``, which SQLAlchemy calls) return
+    connections whose rollback journal and temporary tables live in memory. Idempotent."""
+    original = getattr(sqlite3.connect, "__wrapped__", sqlite3.connect)
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection = original(*args, **kwargs)
+        for pragma in _PRAGMAS:
+            try:
+                connection.execute(pragma)
+            except sqlite3.Error:  # a read-only or busy database keeps its defaults
+                pass
+        return connection
+
+    connect.__wrapped__ = original  # type: ignore[attr-defined]
+    connect.__doc__ = original.__doc__
+    sqlite3.connect = sqlite3.dbapi2.connect = connect
