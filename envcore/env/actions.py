@@ -140,7 +140,8 @@ class HttpRequestTool(_Tool):
     method: str = "GET"
     path: str = Field(min_length=1, max_length=LIMITS["request_path_chars"])
     as_user: str | None = Field(default=None, max_length=128)
-    """A seeded user's username (their token is sent as a bearer token); ``None`` for anonymous."""
+    """A seeded user's username (the request is signed with their credentials: a bearer token, an
+    API-key header, a cookie, basic auth or a login's token); ``None`` for anonymous."""
     headers: dict[str, str] = Field(default_factory=dict)
     json_body: Any = None
 

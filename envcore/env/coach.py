@@ -133,8 +133,9 @@ class Coach:
         probe = Probe(id="replay", kind=ProbeKind.REGRESSION, title="a replayed request", steps=(step,))
         try:
             # a fresh worker, not one from the episode's template: a template serves one run, and the
-            # player's next test run is waiting for the one prepared for it
-            return answer_sandboxed(self.episode.sandbox, source, probe, self.episode.tokens)[0]
+            # player's next test run is waiting for the one prepared for it; the request's user signs
+            # in to that worker first where its credentials are a login
+            return answer_sandboxed(self.episode.sandbox, source, probe, self.episode.actors)[0]
         except (RunnerInfrastructureError, KeyError, OSError) as exc:
             return HttpResponse(None, error=str(exc))
 
@@ -264,10 +265,10 @@ class Coach:
         if not probes:
             return []
         final = graded_source(episode.bundle, episode.files, episode.bundle)
-        shipped = _REPLAYS.submit(run_sandboxed, episode.sandbox, episode.base, probes, episode.tokens,
+        shipped = _REPLAYS.submit(run_sandboxed, episode.sandbox, episode.base, probes, episode.actors,
                                   base=episode.base)  # both at once
         try:
-            after = run_sandboxed(episode.sandbox, final, probes, episode.tokens, base=episode.base)
+            after = run_sandboxed(episode.sandbox, final, probes, episode.actors, base=episode.base)
             before = shipped.result()
         except RunnerInfrastructureError:
             return []

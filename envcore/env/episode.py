@@ -68,12 +68,14 @@ from envcore.env.reply import FORMAT_ERROR, parse_action_text
 from envcore.env.reward import RewardBreakdown, RewardInputs, compute_reward
 from envcore.verifier.shadow import is_code
 from envcore.patching import PatchError, apply_patch, changed_lines, clip_diff, line_count, make_diff, split_lines
+from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.http import HttpRequest
 from envcore.runner.inprocess import AppLoadError, safe_relpath
 from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
-from envcore.scenario.bundle import Bundle
+from envcore.scenario.bundle import Bundle, BundleUser
+from envcore.scenario.credentials import Credentials
 from envcore.verifier.disclosure import Disclosure
 from envcore.verifier.report import VerificationReport
 from envcore.verifier.verify import GradingData, graded_source, grading_data, verify
@@ -117,7 +119,7 @@ class Episode:
         self.started_at = time.time()
         self.ended_at: float | None = None
         self.verify_ms = 0.0
-        self._tokens = {u.username: u.token for u in self.bundle.users}
+        self._actors = actors_of(self.bundle.users)
         self.hints: list[dict[str, Any]] = []
         """Hints taken (a person playing by hand; :mod:`envcore.env.hints`): each costs reward at submit."""
         # The trusted app the agent's patches are made from, with the data the agent sees: a test run
@@ -133,9 +135,9 @@ class Episode:
         agent's code whenever the app runs, so the code's paths must leave room for them."""
 
     @property
-    def tokens(self) -> dict[str, str]:
-        """Each seeded user's token (what a request sent as that user carries)."""
-        return dict(self._tokens)
+    def actors(self) -> dict[str, Credentials]:
+        """Each seeded user's credentials (what signs a request sent as that user)."""
+        return dict(self._actors)
 
     # ----- hints ----------------------------------------------------------------------------------
     def take_hint(self, disclosure: Disclosure) -> dict[str, Any]:
@@ -154,8 +156,7 @@ class Episode:
     # ----- the observation after reset ---------------------------------------------------------
     def first_observation(self) -> A01Observation:
         return self._observe(None, {"task": self.bundle.task, "policy": self.bundle.policy_text,
-                                    "users": [{"username": u.username, "role": u.role, "tenant": u.tenant}
-                                              for u in self.bundle.users]},
+                                    "users": [_user_entry(u) for u in self.bundle.users]},
                              text=render.intro(self.bundle, self.max_steps))
 
     # ----- stepping -----------------------------------------------------------------------------
@@ -288,26 +289,25 @@ class Episode:
     # ----- request ------------------------------------------------------------------------------
     def live(self) -> LiveApp:
         if self._live is None:
-            self._live = LiveApp(self.sandbox, AppSource(dict(self.files), self.bundle.entrypoint))
+            self._live = LiveApp(self.sandbox, AppSource(dict(self.files), self.bundle.entrypoint), self._actors)
         return self._live
 
     def _http_request(self, action: HttpRequestTool) -> A01Observation:
-        token = None
-        if action.as_user is not None:
-            if action.as_user not in self._tokens:
-                raise ActionError(f"no seeded user {action.as_user!r}; users: {', '.join(sorted(self._tokens))} "
-                                  "(or leave as_user out for an anonymous request)")
-            token = self._tokens[action.as_user]
+        if action.as_user is not None and action.as_user not in self._actors:
+            raise ActionError(f"no seeded user {action.as_user!r}; users: {', '.join(sorted(self._actors))} "
+                              "(or leave as_user out for an anonymous request)")
         path, _, query = action.path.partition("?")
         try:
             request = HttpRequest.build(action.method, path, query=dict(parse_qsl(query, keep_blank_values=True)),
-                                        headers=action.headers, token=token, json_body=action.json_body)
+                                        headers=action.headers, json_body=action.json_body)
         except (TypeError, ValueError) as exc:
             raise ActionError(f"cannot send this request: {exc}") from None
         if len(request.body) > LIMITS["json_body_bytes"]:
             raise ActionError(f"json_body is larger than {LIMITS['json_body_bytes']} bytes")
         try:
-            response = self.live().request(request)
+            # signed as the user by the live app: a user who signs in with a login request does so
+            # there, once per run of the app
+            response = self.live().request(request, actor=action.as_user)
         except RunnerInfrastructureError as exc:
             return self._observe("http_request", None, error=f"the app runner is unavailable (not your fault; try again): {exc}")
         body = response.body.decode("utf-8", "replace")
@@ -440,6 +440,7 @@ class Episode:
             "resolution": report.resolution.value if report.resolution else None,
             "security": report.security.model_dump(), "regression": report.regression.model_dump(),
             "trap": report.trap.model_dump(), "load_error": _error_text(report.load_error),
+            **({"guard": report.guard.model_dump()} if report.guard.total else {}),
             "infrastructure_error": _error_text(report.infrastructure_error),
         }
         error = None
@@ -485,6 +486,15 @@ class Episode:
         if self._live is not None:
             self._live.close()  # the sandbox holds live apps weakly: nothing to unregister
             self._live = None
+
+
+def _user_entry(user: BundleUser) -> dict[str, Any]:
+    """A seeded user as the first observation lists it; ``signed_with`` (how a request as the user is
+    signed, never its secret) only for a user whose credentials are not a bearer token."""
+    entry: dict[str, Any] = {"username": user.username, "role": user.role, "tenant": user.tenant}
+    if user.credentials is not None:
+        entry["signed_with"] = user.credential().describe()
+    return entry
 
 
 def _error_text(text: str | None) -> str | None:

@@ -113,7 +113,8 @@ def _exploit(bundle: Bundle, disclosure: Disclosure) -> str:
     probe = next((p for p in bundle.probes if p.kind == ProbeKind.SECURITY), None)
     if probe is None:
         return "This scenario has no exploit to show."
-    roles = {u.username: u.role for u in bundle.users}
+    roles = {u.username: u.role + (f"; signed with {u.credential().describe()}" if u.credentials else "")
+             for u in bundle.users}
     if disclosure == "words":
         sites = {s.site: s for s in bundle.sites}
         route = next((f"`{sites[s].method} {sites[s].path}`" for s in probe.sites if s in sites), None)

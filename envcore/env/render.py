@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envcore.scenario.bundle import Bundle
+from envcore.scenario.bundle import Bundle, BundleUser
 
 TOOLS_HELP = (
     "Tools: list_files; read_file(path, start_line?, end_line?); search_code(query, regex?, path_prefix?); "
@@ -16,8 +16,15 @@ TOOLS_HELP = (
 )
 
 
+def user_words(user: BundleUser) -> str:
+    """``name (role, tenant t)``, and how a request as the user is signed when it is not a bearer
+    token (``; signed with the header X-API-Key``): never its secret."""
+    signed = f"; signed with {user.credential().describe()}" if user.credentials is not None else ""
+    return f"{user.username} ({user.role}{', tenant ' + user.tenant if user.tenant else ''}{signed})"
+
+
 def intro(bundle: Bundle, max_steps: int) -> str:
-    users = ", ".join(f"{u.username} ({u.role}{', tenant ' + u.tenant if u.tenant else ''})" for u in bundle.users)
+    users = ", ".join(user_words(u) for u in bundle.users)
     return (
         f"{bundle.task}\n\n{bundle.policy_text}\n\nSeeded users you can send requests as: {users}.\n"
         f"The app's files: {', '.join(sorted(bundle.files))}.\n"
@@ -96,7 +103,8 @@ def test_results(result: dict[str, Any]) -> str:
     lines = [f"Visible probes: {result['passed']}/{result['total']} pass."]
     for probe in result["probes"]:
         mark = "PASS" if probe["passed"] else "FAIL"
-        lines.append(f"[{mark}] {probe['probe_id']} ({probe['kind']}): expected {' | '.join(probe['expected'])}")
+        kind = f"{probe['kind']}: {probe['trap']}" if probe.get("trap") else probe["kind"]
+        lines.append(f"[{mark}] {probe['probe_id']} ({kind}): expected {' | '.join(probe['expected'])}")
         if not probe["passed"]:
             lines.append(f"       got {' | '.join(probe['got']) or 'nothing'}; {'; '.join(probe['failures'])}")
     return "\n".join(lines)
@@ -111,8 +119,10 @@ def final(result: dict[str, Any], breakdown: Any, note: str | None) -> str:
         lines.append(f"Submitted. The app did not load: {result['load_error']}")
     else:
         s, r, t = result["security"], result["regression"], result["trap"]
+        g = result.get("guard")  # only a scenario with guard probes reports them
         lines.append(f"Submitted: {str(result['resolution']).upper()}. Exploits refused {s['passed']}/{s['total']}, "
-                     f"legitimate use kept {r['passed']}/{r['total']}, traps respected {t['passed']}/{t['total']}.")
+                     f"legitimate use kept {r['passed']}/{r['total']}, traps respected {t['passed']}/{t['total']}"
+                     + (f", guards held {g['passed']}/{g['total']}." if g else "."))
     lines.append(f"Reward {breakdown.reward:+.3f}: " + ", ".join(
         f"{c.name} {c.value:+.3f}" for c in breakdown.components if c.value))
     return "\n".join(lines)

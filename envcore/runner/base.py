@@ -1,8 +1,8 @@
 """The probe-runner interface every backend implements, and the values it returns.
 
 A runner takes an app (files + entrypoint), a list of declarative probes and the seeded users'
-tokens, loads the app once, runs the probes in order and returns one :class:`ProbeOutcome` per probe.
-Grading facts are evaluated by :func:`envcore.scenario.probes.check_fact` in the caller's process;
+credentials (:mod:`envcore.runner.actors`), loads the app once, runs the probes in order and returns
+one :class:`ProbeOutcome` per probe. Grading facts are evaluated by :func:`envcore.scenario.probes.check_fact` in the caller's process;
 a backend only has to move requests in and responses out.
 
 An app that fails to load (syntax error, import error, startup crash) is an ordinary result
@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
+from envcore.runner.actors import Actors
 from envcore.scenario.probes import Probe, ProbeOutcome
 
 
@@ -85,18 +86,19 @@ class ProbeRunner(Protocol):
         self,
         source: AppSource,
         probes: Sequence[Probe],
-        tokens: Mapping[str, str],
+        actors: Actors,
         *,
         stop_on_failure: bool = False,
     ) -> RunReport:
         """Load ``source`` once, run ``probes`` in order, return their outcomes.
 
-        ``tokens`` maps usernames to bearer tokens. With ``stop_on_failure`` the run ends at the
-        first failed probe (the scenario check uses this to reject lazy fixes quickly).
+        ``actors`` maps usernames to their credentials (a plain string: a bearer token). With
+        ``stop_on_failure`` the run ends at the first failed probe (the scenario check uses this to
+        reject lazy fixes quickly).
         """
         ...
 
-    def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
+    def run_batches(self, source: AppSource, batches: Sequence[Batch], actors: Actors) -> list[RunReport]:
         """Load ``source`` once and run each batch on its own pristine copy of the app's state.
 
         Equivalent to one :meth:`run` per batch (with the batch's gate in front of the app), only

@@ -1,14 +1,17 @@
 """Turn probes into requests and responses into verdicts, whatever moves the bytes.
 
-Every backend (in-process here, a sandboxed worker later) supplies only a ``send`` coroutine; this
-module builds each request from its probe step, evaluates the step's facts on the response in the
+Every backend (in-process here, a sandboxed worker, a pytest subprocess) only moves bytes; this
+module builds each request from its probe step (signed as its actor, :mod:`envcore.runner.actors`),
+walks a probe's requests with :class:`ProbeExchange` (an actor that signs in with a login request
+does so first, on the same app instance), evaluates the step's facts on the response in the
 grading process, and assembles :class:`ProbeOutcome` values.
 """
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
+from envcore.runner.actors import Actors, ActorSession
 from envcore.runner.http import HttpRequest, HttpResponse
 from envcore.scenario.probes import Probe, ProbeOutcome, ProbeStep, StepResult, check_fact
 
@@ -30,22 +33,100 @@ def _rooted(value, app_root: str):
     return value
 
 
-def step_request(step: ProbeStep, tokens: Mapping[str, str], app_root: str | None = None) -> HttpRequest:
-    """The request of one probe step, as ``step.actor`` (its token as a bearer token), with
-    :data:`APP_ROOT` replaced by ``app_root`` where given."""
-    token = None
-    if step.actor is not None:
-        if step.actor not in tokens:
-            raise KeyError(f"probe actor {step.actor!r} is not a seeded user")
-        token = tokens[step.actor]
+def _signed_step(step: ProbeStep, session: ActorSession, app_root: str | None) -> HttpRequest:
     path, query, headers, body = step.path, step.query, step.headers, step.json_body
     if app_root is not None:
         path, query, headers, body = (_rooted(v, app_root) for v in (path, dict(query), dict(headers), body))
-    return HttpRequest.build(step.method, path, query=query, headers=headers, token=token, json_body=body)
+    request = HttpRequest.build(step.method, path, query=query, headers=headers, json_body=body)
+    return session.sign(request, step.actor)
+
+
+def step_request(step: ProbeStep, actors: Actors, app_root: str | None = None) -> HttpRequest:
+    """The request of one probe step, signed as ``step.actor``, with :data:`APP_ROOT` replaced by
+    ``app_root`` where given. For an actor whose requests need no login; one that signs in with a
+    login request raises :class:`~envcore.runner.actors.LoginRequired` (its requests depend on the
+    app's answer: walk the probe with :class:`ProbeExchange`)."""
+    return _signed_step(step, ActorSession(actors), app_root)
+
+
+class ProbeExchange:
+    """One probe's requests to one app instance, in order, each step's actor signing in first where
+    its credentials say so (once per exchange: an exchange is one app instance).
+
+    The backend asks :meth:`next_request` what to send and hands what came back to :meth:`answer`;
+    once :meth:`next_request` says ``None``, :attr:`responses` holds one response per step. A step
+    whose actor's login failed is not sent: its response carries the reason in ``not_sent``.
+    ``preset`` answers steps that must not reach the app (a gate's answer), and ``gate`` answers a
+    login request the same way (both judged on the step's path as written, ``{app_root}`` unfilled).
+    """
+
+    def __init__(self, steps: Sequence[ProbeStep], actors: Actors, app_root: str | None = None, *,
+                 preset: Sequence[HttpResponse | None] | None = None,
+                 gate: Callable[[HttpRequest], HttpResponse | None] | None = None) -> None:
+        self.steps = tuple(steps)
+        self.session = ActorSession(actors)
+        for step in self.steps:  # an unknown actor is the caller's mistake: raised before anything is sent
+            if step.actor is not None:
+                self.session.credentials(step.actor)
+        self.app_root = app_root
+        self.gate = gate
+        self.responses: list[HttpResponse | None] = list(preset) if preset is not None else [None] * len(self.steps)
+        self._signing_in: str | None = None
+        """The actor whose login request is out (``None``: a step's request is)."""
+
+    def _next_step(self) -> int | None:
+        return next((i for i, response in enumerate(self.responses) if response is None), None)
+
+    def next_request(self) -> HttpRequest | None:
+        """The next request to send (a login or a step), or ``None`` when every step is answered."""
+        while (index := self._next_step()) is not None:
+            actor = self.steps[index].actor
+            if self.session.needs_login(actor):
+                assert actor is not None
+                login = self.session.login_request(actor)
+                gated = self.gate(login) if self.gate is not None else None
+                if gated is not None:
+                    self.session.record_login(actor, gated)
+                    continue
+                self._signing_in = actor
+                return login
+            failure = self.session.login_failure(actor)
+            if failure is not None:
+                self.responses[index] = HttpResponse(None, error=failure, not_sent=failure)
+                continue
+            self._signing_in = None
+            return _signed_step(self.steps[index], self.session, self.app_root)
+        return None
+
+    def answer(self, response: HttpResponse) -> None:
+        """What came back for the request :meth:`next_request` gave last."""
+        if self._signing_in is not None:
+            self.session.record_login(self._signing_in, response)
+            self._signing_in = None
+            return
+        index = self._next_step()
+        if index is not None:
+            self.responses[index] = response
+
+    def abandon(self, reason: str) -> None:
+        """Answer every step not sent yet with ``reason`` (the app stopped): a step whose actor's
+        login failed keeps that reason."""
+        for index, response in enumerate(self.responses):
+            if response is None:
+                failure = self.session.login_failure(self.steps[index].actor)
+                self.responses[index] = (HttpResponse(None, error=failure, not_sent=failure) if failure
+                                         else HttpResponse(None, error=reason))
+
+    @property
+    def answers(self) -> list[HttpResponse]:
+        """One response per step (call once :meth:`next_request` has said ``None``)."""
+        return [r if r is not None else HttpResponse(None, error="not sent") for r in self.responses]
 
 
 def judge(step: ProbeStep, response: HttpResponse) -> StepResult:
     excerpt = response.body[:EXCERPT_CHARS].decode("utf-8", "replace")
+    if response.not_sent is not None:
+        return StepResult(status=None, body_excerpt="", failures=(response.not_sent,))
     if response.status is None:
         return StepResult(status=None, body_excerpt=excerpt, failures=(f"no response ({response.error})",))
     failures = []
@@ -56,9 +137,10 @@ def judge(step: ProbeStep, response: HttpResponse) -> StepResult:
     return StepResult(status=response.status, body_excerpt=excerpt, failures=tuple(failures))
 
 
-def plan_requests(probes: Sequence[Probe], tokens: Mapping[str, str], app_root: str | None = None) -> list[HttpRequest]:
-    """Every step of every probe as a request, in the order they are sent."""
-    return [step_request(step, tokens, app_root) for probe in probes for step in probe.steps]
+def plan_requests(probes: Sequence[Probe], actors: Actors, app_root: str | None = None) -> list[HttpRequest]:
+    """Every step of every probe as a request, in the order they are sent (for actors that need no
+    login: see :func:`step_request`)."""
+    return [step_request(step, actors, app_root) for probe in probes for step in probe.steps]
 
 
 def assemble_outcomes(
@@ -83,20 +165,21 @@ def assemble_outcomes(
 async def run_probes(
     send: Send,
     probes: Sequence[Probe],
-    tokens: Mapping[str, str],
+    actors: Actors,
     *,
     stop_on_failure: bool = False,
     app_root: str | None = None,
 ) -> tuple[list[ProbeOutcome], int, bool]:
-    """Run ``probes`` in order; return (outcomes, requests sent, stopped early)."""
+    """Run ``probes`` in order; return (outcomes, requests sent, stopped early). Each probe's actors
+    that sign in with a login request do so at the start of that probe (logins count as sent)."""
     outcomes: list[ProbeOutcome] = []
     sent = 0
     for probe in probes:
-        results = []
-        for step in probe.steps:
-            response = await send(step_request(step, tokens, app_root))
+        exchange = ProbeExchange(probe.steps, actors, app_root)
+        while (request := exchange.next_request()) is not None:
+            exchange.answer(await send(request))
             sent += 1
-            results.append(judge(step, response))
+        results = [judge(step, response) for step, response in zip(probe.steps, exchange.answers)]
         passed = all(not r.failures for r in results)
         outcomes.append(
             ProbeOutcome(probe_id=probe.id, kind=probe.kind, visible=probe.visible, passed=passed, steps=tuple(results))

@@ -56,6 +56,8 @@ class HttpResponse:
     truncated: bool = False
     note: str | None = None
     """Said by the runner, not the app (e.g. that the app was restarted before this request)."""
+    not_sent: str | None = None
+    """Why the runner never sent the request (its actor's login failed): the step fails with it."""
 
 
 def _scope(request: HttpRequest) -> dict[str, Any]:

@@ -17,11 +17,11 @@ Layout of the temporary folder::
 
 The generated test module imports the app, creates one module-level ``TestClient(app)`` (entered
 once, so lifespan start-up runs and app state carries from probe to probe in file order, as in the
-fast runners) and, for each probe, builds every step's request with
-:func:`envcore.runner.execute.step_request` and checks its facts with
-:func:`envcore.scenario.probes.check_fact` (the subprocess imports envcore through ``PYTHONPATH``).
-All steps of a probe are sent, like the fast runners do, then the test raises ``AssertionError``
-with the failure reasons if any fact failed. Redirects are not followed (``redirect_local`` must
+fast runners) and, for each probe, walks its requests with
+:class:`envcore.runner.execute.ProbeExchange` (each actor's login first, where its credentials say
+so) and judges each step with :func:`envcore.runner.execute.judge` (the subprocess imports envcore
+through ``PYTHONPATH``). All steps of a probe are sent, like the fast runners do, then the test
+raises ``AssertionError`` with the failure reasons if any fact failed. Redirects are not followed (``redirect_local`` must
 see the 3xx) and server exceptions come back as the 500 Starlette sends, not as test errors.
 
 An app that fails to import or start is a pytest collection error; it comes back as
@@ -46,12 +46,13 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import envcore
-from envcore.runner.base import AppSource, Batch, RunReport, RunnerInfrastructureError
-from envcore.runner.execute import step_request
+from envcore.runner.actors import Actors
+from envcore.runner.base import AppSource, Batch, RunnerInfrastructureError, RunReport
+from envcore.runner.execute import ProbeExchange
 from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.scenario.probes import Probe, ProbeOutcome, StepResult
 
@@ -71,12 +72,15 @@ import pathlib
 
 from fastapi.testclient import TestClient
 
-from envcore.runner.execute import step_request
-from envcore.scenario.probes import Probe, check_fact
+from envcore.runner.execute import ProbeExchange, judge
+from envcore.runner.http import JOINERS, HttpResponse
+from envcore.scenario.credentials import Credentials
+from envcore.scenario.probes import Probe
 
 _SPEC = json.loads((pathlib.Path(__file__).parent / "probes.json").read_text(encoding="utf-8"))
 PROBES = [Probe.model_validate(p) for p in _SPEC["probes"]]
-TOKENS = _SPEC["tokens"]
+ACTORS = {name: value if isinstance(value, str) else Credentials.model_validate(value)
+          for name, value in _SPEC["actors"].items()}
 
 
 class AppLoadFailed(Exception):
@@ -113,27 +117,34 @@ def teardown_module():
         pass  # a failing shutdown is not a probe's verdict
 
 
+def _send(request):
+    try:
+        response = client.request(
+            request.method,
+            request.path,
+            params=list(request.query) or None,
+            headers=list(request.headers),
+            content=request.body or None,
+        )
+    except Exception as exc:
+        return HttpResponse(None, error=f"{type(exc).__name__}: {exc}")
+    finally:
+        client.cookies.clear()  # no cookie jar: a request carries only the cookies its actor sends
+    headers = {}
+    for key, value in response.headers.multi_items():
+        key = key.lower()
+        headers[key] = f"{headers[key]}{JOINERS.get(key, ', ')}{value}" if key in headers else value
+    return HttpResponse(response.status_code, headers, response.content)
+
+
 def _run_probe(index):
     probe = PROBES[index]
-    failures = []
-    for number, step in enumerate(probe.steps):
-        request = step_request(step, TOKENS, os.getcwd())
-        try:
-            response = client.request(
-                request.method,
-                request.path,
-                params=list(request.query) or None,
-                headers=list(request.headers),
-                content=request.body or None,
-            )
-        except Exception as exc:
-            failures.append(f"step {number}: no response ({type(exc).__name__}: {exc})")
-            continue
-        headers = {key.lower(): value for key, value in response.headers.multi_items()}
-        for fact in step.expect:
-            reason = check_fact(fact, response.status_code, headers, response.content)
-            if reason is not None:
-                failures.append(f"step {number}: {reason}")
+    exchange = ProbeExchange(probe.steps, ACTORS, os.getcwd())
+    while (request := exchange.next_request()) is not None:
+        exchange.answer(_send(request))
+    failures = [f"step {number}: {reason}"
+                for number, (step, response) in enumerate(zip(probe.steps, exchange.answers))
+                for reason in judge(step, response).failures]
     if failures:
         raise AssertionError("; ".join(failures))
 
@@ -199,15 +210,14 @@ class PytestSubprocessRunner:
         self,
         source: AppSource,
         probes: Sequence[Probe],
-        tokens: Mapping[str, str],
+        actors: Actors,
         *,
         stop_on_failure: bool = False,
     ) -> RunReport:
         started = time.perf_counter()
         probes = list(probes)
         for probe in probes:  # an unknown actor is the caller's mistake, raised as the fast runners do
-            for step in probe.steps:
-                step_request(step, tokens)
+            ProbeExchange(probe.steps, actors)
         module_name, sep, attr = source.entrypoint.partition(":")
         if not sep or not module_name or not attr.isidentifier():
             return RunReport(
@@ -227,7 +237,8 @@ class PytestSubprocessRunner:
                 raise RunnerInfrastructureError(f"cannot prepare the test folder: {exc}") from exc
             spec = {
                 "entrypoint": source.entrypoint,
-                "tokens": dict(tokens),
+                "actors": {name: value if isinstance(value, str) else value.model_dump(mode="json")
+                           for name, value in actors.items()},
                 "probes": [p.model_dump(mode="json") for p in probes],
             }
             (harness / "probes.json").write_text(json.dumps(spec), encoding="utf-8")
@@ -252,16 +263,16 @@ class PytestSubprocessRunner:
             load_error=None,
             outcomes=tuple(outcomes),
             elapsed_s=time.perf_counter() - started,
-            requests=sum(len(p.steps) for p in probes[: len(outcomes)]),
+            requests=sum(len(p.steps) for p in probes[: len(outcomes)]),  # logins not counted: not reported back
             stopped_early=stopped,
         )
 
-    def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
+    def run_batches(self, source: AppSource, batches: Sequence[Batch], actors: Actors) -> list[RunReport]:
         """One :meth:`run` (one fresh subprocess) per batch. Gates are not supported: a batch with a
         gate raises :class:`NotImplementedError` (the baseline only measures plain probe runs)."""
         if any(batch.gate is not None for batch in batches):
             raise NotImplementedError("PytestSubprocessRunner does not support gated batches")
-        return [self.run(source, batch.probes, tokens, stop_on_failure=batch.stop_on_failure) for batch in batches]
+        return [self.run(source, batch.probes, actors, stop_on_failure=batch.stop_on_failure) for batch in batches]
 
     # ----------------------------------------------------------------------------------------
 

@@ -7,6 +7,11 @@ from a clean state. A request that crashes or hangs the app comes back as a resp
 ``status=None`` and an ``error`` saying what happened; the next request gets a fresh worker. A
 worker idle for ``limits.idle_s`` is stopped by the sandbox's reaper and reloaded on demand (the
 next response says the app was restarted, since its state is gone).
+
+A request sent as a seeded user is signed with that user's credentials (:mod:`envcore.runner.actors`);
+a user who signs in with a login request does so once per worker, before its first request there,
+so again after every restart (a patch, a crash, an idle stop). A login that fails answers the request
+with ``status=None`` and why, without sending it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import dataclasses
 import threading
 import time
 
+from envcore.runner.actors import Actors, ActorSession
 from envcore.runner.base import AppSource
 from envcore.runner.http import HttpRequest, HttpResponse
 from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone
@@ -23,9 +29,13 @@ from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone
 class LiveApp:
     """One episode's running app. Thread-safe; requests are served one at a time."""
 
-    def __init__(self, sandbox: Sandbox, source: AppSource) -> None:
+    def __init__(self, sandbox: Sandbox, source: AppSource, actors: Actors | None = None) -> None:
         self.sandbox = sandbox
         self.source = source
+        self.actors: Actors = actors or {}
+        """The seeded users' credentials, for requests sent as one of them."""
+        self._session: ActorSession | None = None
+        """What the actors' logins granted on the current worker (a new worker starts a new one)."""
         self.restarts = 0
         """Times a new worker was started for the same code (after a crash, hang or idle stop)."""
         self.load_error: str | None = None
@@ -42,8 +52,11 @@ class LiveApp:
             self._served_this_code = False
             self._stop()
 
-    def request(self, request: HttpRequest) -> HttpResponse:
-        """Send one request to the app as it is now."""
+    def request(self, request: HttpRequest, *, actor: str | None = None) -> HttpResponse:
+        """Send one request to the app as it is now, signed as ``actor`` (``None``: as it is).
+        Raises :class:`KeyError` for an ``actor`` that is not a seeded user."""
+        if actor is not None:
+            ActorSession(self.actors).credentials(actor)
         with self._lock:
             restarted = False
             if self._worker is None:
@@ -55,10 +68,16 @@ class LiveApp:
                     self.load_error = str(exc)
                     return HttpResponse(None, error=f"the app failed to load: {exc}")
                 self._worker = worker
+                self._session = ActorSession(self.actors)
                 self.load_error = None
                 if restarted:
                     self.restarts += 1
             try:
+                if actor is not None:
+                    signed = self._signed(request, actor)
+                    if isinstance(signed, HttpResponse):
+                        return signed
+                    request = signed
                 response = self._worker.request(request, self.sandbox.limits.request_timeout_s)
             except WorkerGone as exc:
                 self._stop()
@@ -69,6 +88,21 @@ class LiveApp:
                 note = "the app was restarted since the last request (its in-memory state was reset)"
                 response = dataclasses.replace(response, note=note)
             return response
+
+    def _signed(self, request: HttpRequest, actor: str) -> HttpRequest | HttpResponse:
+        """``request`` signed as ``actor`` on the current worker, after its login there if it needs
+        one; or the answer saying why its login failed. May raise :class:`WorkerGone` (the login
+        crashed the app)."""
+        assert self._worker is not None and self._session is not None
+        session = self._session
+        if session.needs_login(actor):
+            reply = self._worker.request(session.login_request(actor), self.sandbox.limits.request_timeout_s)
+            session.record_login(actor, reply)
+            self._served_this_code = True
+        failure = session.login_failure(actor)
+        if failure is not None:
+            return HttpResponse(None, error=f"not sent: {failure}", not_sent=failure)
+        return session.sign(request, actor)
 
     @property
     def running(self) -> bool:
@@ -91,6 +125,7 @@ class LiveApp:
             self._lock.release()
 
     def _stop(self) -> None:
+        self._session = None
         if self._worker is not None:
             self._worker.close()
             self._worker = None

@@ -12,7 +12,9 @@ later probes could inherit.
 :func:`run_sandboxed` turns each probe into requests here, sends them to its worker one at a time
 (the next only once the last is answered), reads each answer with a deadline and judges it here. A
 :class:`~envcore.runner.base.Gate` is applied here too: gated requests never reach a worker, and a
-probe whose every request stops at the gate needs none. When a worker crashes or hangs, the request
+probe whose every request stops at the gate needs none. An actor that signs in with a login request
+(:mod:`envcore.runner.actors`) does so in the probe's own worker, before its first step there: each
+probe's worker is a fresh app, so each probe signs in again. When a worker crashes or hangs, the request
 it was serving and the rest of its probe fail; the other probes are unaffected. If the app does not
 load for the first probe that needs it, nothing is graded (``load_error``). If the whole run takes
 longer than its budget (``limits.verify_timeout_s`` plus ``limits.probe_allowance_s`` per probe),
@@ -30,11 +32,12 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Mapping, Sequence
+from collections.abc import Sequence
 from urllib.parse import unquote
 
+from envcore.runner.actors import Actors
 from envcore.runner.base import AppSource, Batch, Gate, RunReport
-from envcore.runner.execute import assemble_outcomes, step_request
+from envcore.runner.execute import ProbeExchange, assemble_outcomes
 from envcore.runner.http import HttpRequest, HttpResponse, gate_body
 from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone
 from envcore.sandbox.templates import fits
@@ -55,6 +58,11 @@ def _gate_matcher(gate: Gate):
     return blocks
 
 
+def _as_written(step) -> HttpRequest:
+    """A step's method and path as the probe writes them: all a gate looks at."""
+    return HttpRequest(step.method, step.path)
+
+
 class _Timeout(Exception):
     """The verification ran past its deadline."""
 
@@ -63,7 +71,7 @@ def run_sandboxed(
     sandbox: Sandbox,
     source: AppSource,
     probes: Sequence[Probe],
-    tokens: Mapping[str, str],
+    actors: Actors,
     *,
     gate: Gate | None = None,
     stop_on_failure: bool = False,
@@ -78,9 +86,9 @@ def run_sandboxed(
     started = time.perf_counter()
     budget_s = limits.verify_timeout_s + limits.probe_allowance_s * len(probes)
     blocks = _gate_matcher(gate) if gate is not None else (lambda request: None)
-    run = _Run(sandbox, source, tokens, blocks, deadline=time.monotonic() + budget_s)
+    run = _Run(sandbox, source, actors, blocks, deadline=time.monotonic() + budget_s)
     sandbox.run_started()
-    if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, tokens, blocks) > 1:
+    if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, blocks) > 1:
         run.template = sandbox.templates.acquire(base, again=base_again)  # one import for the whole run instead of one per probe
     answers: list[list[HttpResponse] | None] = [None] * len(probes)
     judged = len(probes)
@@ -121,13 +129,14 @@ def run_sandboxed(
     )
 
 
-def answer_sandboxed(sandbox: Sandbox, source: AppSource, probe: Probe, tokens: Mapping[str, str], *,
+def answer_sandboxed(sandbox: Sandbox, source: AppSource, probe: Probe, actors: Actors, *,
                      base: AppSource | None = None) -> list[HttpResponse]:
     """The raw answers to one probe's requests, from a fresh worker of ``source`` (from a template of
     ``base`` when the patch fits it), with no judging: a replay, not a grading. An app that does not
-    load, or a run past its budget, answers every request with ``status=None`` and the reason."""
+    load, or a run past its budget, answers every request with ``status=None`` and the reason; a step
+    whose actor could not sign in is answered with ``not_sent`` and why."""
     limits = sandbox.limits
-    run = _Run(sandbox, source, tokens, lambda request: None,
+    run = _Run(sandbox, source, actors, lambda request: None,
                deadline=time.monotonic() + limits.verify_timeout_s + limits.probe_allowance_s)
     sandbox.run_started()
     try:
@@ -152,9 +161,9 @@ class _Run:
     first may run in two lanes at once (:meth:`serve_all`); each still has a worker of its own, so
     neither their order nor their overlap can change an answer."""
 
-    def __init__(self, sandbox: Sandbox, source: AppSource, tokens: Mapping[str, str], blocks, *,
+    def __init__(self, sandbox: Sandbox, source: AppSource, actors: Actors, blocks, *,
                  deadline: float) -> None:
-        self.sandbox, self.source, self.tokens, self.blocks = sandbox, source, tokens, blocks
+        self.sandbox, self.source, self.actors, self.blocks = sandbox, source, actors, blocks
         self.deadline = deadline
         self.template = None
         self.plan = None
@@ -169,8 +178,8 @@ class _Run:
         """One probe's answers, from a worker of its own (none if the gate answers every request).
         Only lane 0 uses the run's template (a template's workers run one at a time)."""
         limits = self.sandbox.limits
-        requests = [step_request(step, self.tokens) for step in probe.steps]
-        answers: list[HttpResponse | None] = [self.blocks(r) for r in requests]
+        ProbeExchange(probe.steps, self.actors)  # an unknown actor raises here, before any worker
+        answers: list[HttpResponse | None] = [self.blocks(_as_written(step)) for step in probe.steps]
         if all(a is not None for a in answers):
             return answers  # type: ignore[return-value]
         left = self.deadline - time.monotonic()
@@ -194,10 +203,13 @@ class _Run:
                 # The patch is more than body changes: the rest load afresh, directly.
                 self.template = None
                 self.sandbox.templates.release(template)
-        # the probe's requests as this worker must get them: {app_root} is its own folder
-        requests = [step_request(step, self.tokens, worker.workspace) for step in probe.steps]
+        # the probe's requests as this worker must get them: {app_root} is its own folder, and its
+        # actors sign in to it (a login the gate stops fails as the app's own refusal would)
+        exchange = ProbeExchange(probe.steps, self.actors, worker.workspace, preset=answers,
+                                 gate=self.blocks)
         with worker:
-            asked, gone = _serve_probe(worker, requests, answers, self.deadline, limits.request_timeout_s)
+            asked, gone = _serve_probe(worker, exchange, self.deadline, limits.request_timeout_s)
+        answers = list(exchange.answers)
         with self._lock:
             self.sent += asked
             self.crashed += gone
@@ -250,34 +262,29 @@ class _Run:
             self.template = None
 
 
-def _needs_app(probes: Sequence[Probe], tokens: Mapping[str, str], blocks) -> int:
+def _needs_app(probes: Sequence[Probe], blocks) -> int:
     """How many of ``probes`` have a request the gate lets through to the app."""
-    return sum(1 for probe in probes if any(blocks(step_request(step, tokens)) is None for step in probe.steps))
+    return sum(1 for probe in probes if any(blocks(_as_written(step)) is None for step in probe.steps))
 
 
-def _serve_probe(worker: Worker, requests: list[HttpRequest], answers: list[HttpResponse | None], deadline: float,
-                 request_timeout_s: float) -> tuple[int, int]:
-    """Send one probe's requests that the gate let through, in order, one at a time; fill in
-    ``answers``. Returns (requests sent, 1 if the worker crashed or hung: the rest of the probe then
-    fails)."""
+def _serve_probe(worker: Worker, exchange: ProbeExchange, deadline: float, request_timeout_s: float) -> tuple[int, int]:
+    """Send one probe's requests that the gate let through (its actors' logins included), in order,
+    one at a time, answering ``exchange``. Returns (requests sent, 1 if the worker crashed or hung:
+    the rest of the probe then fails)."""
     asked = 0
-    for index, request in enumerate(requests):
-        if answers[index] is not None:
-            continue
+    while (request := exchange.next_request()) is not None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise _Timeout
         asked += 1
         try:
             # One request at a time: a worker never holds a request it has not been asked yet.
-            answers[index] = worker.request(request, min(request_timeout_s, left))
+            exchange.answer(worker.request(request, min(request_timeout_s, left)))
         except WorkerGone as exc:
             if time.monotonic() >= deadline:
                 raise _Timeout from None
-            answers[index] = HttpResponse(None, error=str(exc))
-            for rest in range(index + 1, len(requests)):
-                if answers[rest] is None:
-                    answers[rest] = HttpResponse(None, error="not sent: the app stopped during an earlier step")
+            exchange.answer(HttpResponse(None, error=str(exc)))
+            exchange.abandon("not sent: the app stopped during an earlier step")
             return asked, 1
     return asked, 0
 
@@ -296,16 +303,16 @@ class SandboxRunner:
         self,
         source: AppSource,
         probes: Sequence[Probe],
-        tokens: Mapping[str, str],
+        actors: Actors,
         *,
         stop_on_failure: bool = False,
     ) -> RunReport:
-        return run_sandboxed(self.sandbox, source, probes, tokens, stop_on_failure=stop_on_failure)
+        return run_sandboxed(self.sandbox, source, probes, actors, stop_on_failure=stop_on_failure)
 
-    def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
+    def run_batches(self, source: AppSource, batches: Sequence[Batch], actors: Actors) -> list[RunReport]:
         """Each batch's probes on pristine workers (a probe whose every request stops at its gate needs none)."""
         return [
-            run_sandboxed(self.sandbox, source, batch.probes, tokens, gate=batch.gate,
+            run_sandboxed(self.sandbox, source, batch.probes, actors, gate=batch.gate,
                           stop_on_failure=batch.stop_on_failure)
             for batch in batches
         ]

@@ -1,8 +1,9 @@
 """The bundle: a compiled, executable scenario, and its content hash.
 
 A bundle holds everything needed to serve and grade one episode: the vulnerable app's files and
-entrypoint, the seeded users with their tokens, the task statement and policy text, the declarative
-probes (visible and hidden) and the reference fix as a unified diff. Generated bundles also carry
+entrypoint, the seeded users with their tokens (and credentials, where the app signs requests some
+other way than with a bearer token), the task statement and policy text, the declarative probes
+(visible and hidden) and the reference fix as a unified diff. Generated bundles also carry
 the spec they came from, so a cache entry can be re-derived and compared byte for byte.
 
 The content hash is SHA-256 over the bundle's canonical JSON without the ``scenario_id`` itself; the
@@ -16,8 +17,9 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
+from envcore.scenario.credentials import Credentials
 from envcore.scenario.probes import Probe, ProbeKind
 from envcore.scenario.spec import ScenarioSpec, SiteRef, Trap
 
@@ -40,6 +42,21 @@ class BundleUser(_Model):
     tenant: str | None = None
     user_id: str
     token: str
+    credentials: Credentials | None = None
+    """How a request as this user is signed (:mod:`envcore.scenario.credentials`); ``None``: its
+    ``token`` as a bearer token. Left out of every dump when ``None``, so a bundle's content hash is
+    what it was before users could have credentials."""
+
+    @model_serializer(mode="wrap")
+    def _without_default_credentials(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("credentials", ...) is None:
+            del data["credentials"]
+        return data
+
+    def credential(self) -> Credentials:
+        """The credentials requests as this user carry, with its own values filled in."""
+        return (self.credentials or Credentials()).for_user(self.username, self.token)
 
 
 class ShadowValue(_Model):
@@ -133,6 +150,10 @@ class Bundle(_Model):
     def visible_probes(self) -> list[Probe]:
         return self.probes_of(visible=True)
 
+    def trap_named(self, key: str | None) -> Trap | None:
+        """The trap a trap probe names (by :attr:`~envcore.scenario.spec.Trap.key`), or ``None``."""
+        return next((trap for trap in self.traps if key is not None and trap.key == key), None)
+
     def user(self, username: str) -> BundleUser:
         for candidate in self.users:
             if candidate.username == username:
@@ -150,7 +171,7 @@ class Bundle(_Model):
             "variant": self.variant,
             "code_style": self.code_style,
             "tier": self.tier,
-            "traps": [t.kind for t in self.traps],
+            "traps": [t.key for t in self.traps],
             "probes": {
                 kind.value: len(self.probes_of(kind)) for kind in ProbeKind
             },

@@ -41,6 +41,7 @@ from typing import Callable
 
 from envcore.cache import ScenarioCache
 from envcore.patching import apply_patch
+from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource
 from envcore.runner.execute import plan_requests
 from envcore.runner.inprocess import InProcessRunner
@@ -130,8 +131,8 @@ def measure_inprocess(items, rounds: int, *, isolated: bool) -> Distribution:
                 started = time.perf_counter()
                 data = grading_data(bundle)
                 source = graded_source(bundle, files, data.graded)
-                tokens = {u.username: u.token for u in data.graded.users}
-                passed = all(o.passed for o in runner.run(source, data.graded.probes, tokens).outcomes)
+                actors = actors_of(data.graded.users)
+                passed = all(o.passed for o in runner.run(source, data.graded.probes, actors).outcomes)
                 dist.samples_ms.append((time.perf_counter() - started) * 1000)
                 if not passed:
                     raise RuntimeError(f"the in-process baseline disagrees on {bundle.scenario_id}")
@@ -141,6 +142,7 @@ def measure_inprocess(items, rounds: int, *, isolated: bool) -> Distribution:
 _FORK_BOUND_SCRIPT = """
 import asyncio, gc, json, os, sys, tempfile, time
 from pathlib import Path
+from envcore.runner.actors import actors_of
 from envcore.runner.execute import plan_requests
 from envcore.runner.http import Lifespan, call_asgi
 from envcore.runner.inprocess import _endpoint_context_cache, _endpoints, _seed_endpoint_context, import_app, materialize
@@ -156,8 +158,8 @@ os.chdir(root)
 app = import_app(root, bundle.files, bundle.entrypoint, keep_modules=True)
 _seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
 asyncio.new_event_loop().run_until_complete(Lifespan(app).startup())
-tokens = {u.username: u.token for u in bundle.users}
-plans = [plan_requests([probe], tokens, str(root)) for probe in bundle.probes]
+actors = actors_of(bundle.users)
+plans = [plan_requests([probe], actors, str(root)) for probe in bundle.probes]
 
 
 def forks(n, plans):
@@ -233,9 +235,9 @@ def measure_naive(items) -> Distribution:
         for bundle, files in items:
             data = grading_data(bundle)
             source = graded_source(bundle, files, data.graded)
-            tokens = {u.username: u.token for u in data.graded.users}
+            actors = actors_of(data.graded.users)
             started = time.perf_counter()
-            report = runner.run(source, data.graded.probes, tokens)
+            report = runner.run(source, data.graded.probes, actors)
             dist.samples_ms.append((time.perf_counter() - started) * 1000)
             if not report.loaded or not all(o.passed for o in report.outcomes):
                 raise RuntimeError(f"naive baseline disagrees on {bundle.scenario_id}: {report.load_error}")
@@ -246,8 +248,7 @@ def measure_live(sandbox: Sandbox, items, requests_per_app: int) -> tuple[Distri
     """Round trip of single requests through live workers, and each worker's USS after serving."""
     dist, memory = Distribution(), []
     for bundle, files in items:
-        tokens = {u.username: u.token for u in bundle.users}
-        requests = plan_requests(bundle.probes, tokens)
+        requests = plan_requests(bundle.probes, actors_of(bundle.users))
         with LiveApp(sandbox, AppSource(files, bundle.entrypoint)) as live:
             live.request(requests[0])  # load
             for i in range(requests_per_app):

@@ -11,7 +11,9 @@ A shadow is a pure transformation of the bundle: the bundle declares which of it
 identities (:attr:`~envcore.scenario.bundle.Bundle.shadow_values`: usernames, display names, user and
 record ids, tokens, API keys, password hashes, tenants, share codes, the markers in record texts,
 file names, the app's secret), and :func:`draw_shadow` replaces each of them, consistently, in every
-data file (its text and its path), in every probe and in the seeded users. Nothing here calls the
+data file (its text and its path), in every probe and in the seeded users, their credentials
+included (a secret, a login name, a login request's path, form and JSON values; never the kind of a
+credential, a header or cookie name, or where a login's token is found, which are the app's code's). Nothing here calls the
 factory: an imported scenario that declares its identities is shadowed exactly like a generated one.
 
 A fresh value keeps its declared prefix (``tok_``, ``usr_``...), a file extension, and the shape of
@@ -176,8 +178,25 @@ def apply_substitution(bundle: Bundle, substitution: Substitution) -> Bundle:
         if not is_code(path):
             files[substitution.text(path)] = substitution.text(text)
     probes = tuple(Probe.model_validate(substitution.data(p.model_dump(mode="json"))) for p in bundle.probes)
-    users = tuple(BundleUser.model_validate(substitution.data(u.model_dump(mode="json"))) for u in bundle.users)
+    users = tuple(_shadow_user(u, substitution) for u in bundle.users)
     return bundle.model_copy(update={"files": files, "probes": probes, "users": users})
+
+
+def _shadow_user(user: BundleUser, substitution: Substitution) -> BundleUser:
+    """``user`` with its values replaced, credentials included (see the module docstring)."""
+    data = user.model_dump(mode="json")
+    credentials = data.pop("credentials", None)
+    data = substitution.data(data)
+    if credentials is not None:
+        for key in ("secret", "login_name"):
+            if credentials.get(key) is not None:
+                credentials[key] = substitution.text(credentials[key])
+        login = credentials.get("login")
+        if login is not None:
+            login["path"] = substitution.text(login["path"])
+            login["form"], login["json_body"] = substitution.data(login["form"]), substitution.data(login["json_body"])
+        data["credentials"] = credentials
+    return BundleUser.model_validate(data)
 
 
 def identities_of(values: Iterable[tuple[str, int]]) -> tuple[ShadowValue, ...]:
