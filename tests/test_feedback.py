@@ -37,11 +37,13 @@ def shipped_analysis(cache):
 
 def _record(*, resolution="no", loads=1.0, broken=0.0, refused=0.0, exhausted=0.0, diff="", steps=2, format_errors=0,
             probes=None, reward=0.0, outcome="submitted", scenario=TWO_SITES, agent="agent-a", bug_class="idor_write",
-            tier=3, load_error=None):
+            tier=3, load_error=None, guards=None):
     components = [{"name": "app_loads", "value": 0.0, "measured": loads, "detail": ""},
                   {"name": "legit_use_broken", "value": -broken / 2, "measured": broken, "detail": ""},
                   {"name": "security_blocked", "value": refused, "measured": refused, "detail": ""},
                   {"name": "budget_exhausted", "value": -0.1 * exhausted, "measured": exhausted, "detail": ""}]
+    if guards is not None:  # only a scenario with guard probes has this term
+        components.append({"name": "guards_broken", "value": -guards / 2, "measured": guards, "detail": ""})
     entries = [StepEntry(step=i + 1, action={"tool": "reply", "text": "x"}, elapsed_ms=1.0,
                          observation={"error": "format error: no JSON action" if i < format_errors else None})
                for i in range(steps)]
@@ -68,6 +70,7 @@ def test_every_category_has_its_case_and_the_table_order_decides(cache):
         "infrastructure": _record(reward=None, outcome="infrastructure_error"),
         "solved": _record(resolution="full", refused=1.0, diff=DIFF, reward=0.99),
         "app_broken": _record(loads=0.0, broken=0.0, diff=DIFF, exhausted=1.0, load_error="SyntaxError: bad"),
+        "guard_broken": _record(broken=0.3, refused=1.0, diff=DIFF, guards=0.5),
         "over_restriction": _record(broken=0.3, refused=1.0, diff=DIFF),
         "partial_fix": _record(resolution="partial", refused=0.5, diff=DIFF),
         "format_errors": _record(steps=4, format_errors=2),

@@ -216,8 +216,10 @@ def outcome_markdown(record: EpisodeRecord) -> str:
               f"{safe.markdown(str(resolution).upper() if resolution else 'not graded')} · **reward:** {reward}")]
     verification = record.verification or {}
     if any(verification.get(kind) for kind in ("security", "regression", "trap")):
+        guards = (verification.get("guard") or {}).get("total")
         lines.append(f"Exploits refused {_count(verification, 'security')} · legitimate use kept "
-                     f"{_count(verification, 'regression')} · traps respected {_count(verification, 'trap')}")
+                     f"{_count(verification, 'regression')} · traps respected {_count(verification, 'trap')}"
+                     + (f" · guards held {_count(verification, 'guard')}" if guards else ""))
     if verification.get("load_error"):
         lines.append(f"The app did not load: {safe.code(_shorten(str(verification['load_error'])))}")
     if verification.get("infrastructure_error"):
@@ -245,6 +247,15 @@ def breakdown_markdown(reward_breakdown: dict[str, Any] | None) -> str:
     return "**Reward breakdown**\n\n" + safe.table(rows, BREAKDOWN_COLUMNS)
 
 
+def _kind_cell(probe: dict[str, Any]) -> str:
+    """A probe's kind; a trap probe's also names its trap and says what the trap keeps working."""
+    kind, trap = str(probe.get("kind", "")), probe.get("trap")
+    if not trap:
+        return kind
+    described = probe.get("trap_description")
+    return f"{kind}: {trap}" + (f" ({described})" if described else "")
+
+
 def probe_frame(verification: dict[str, Any] | None, *, reveal_hidden: bool = True) -> pd.DataFrame:
     """One row per probe of the verification (:data:`PROBE_COLUMNS`), in the verifier's order; hidden
     probes left out unless ``reveal_hidden``. A probe's requests are joined with ``"; then "``."""
@@ -253,7 +264,7 @@ def probe_frame(verification: dict[str, Any] | None, *, reveal_hidden: bool = Tr
         if not probe.get("visible", False) and not reveal_hidden:
             continue
         rows.append({
-            "probe": probe.get("probe_id", ""), "kind": probe.get("kind", ""),
+            "probe": probe.get("probe_id", ""), "kind": _kind_cell(probe),
             "visible": bool(probe.get("visible", False)), "passed": bool(probe.get("passed", False)),
             "expected": "; then ".join(map(str, probe.get("expected") or [])),
             "got": "; then ".join(map(str, probe.get("got") or [])),

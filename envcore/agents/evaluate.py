@@ -57,6 +57,8 @@ def episode_metrics(record: EpisodeRecord) -> dict[str, float] | None:
         return None
     resolution = (record.reward_breakdown or {}).get("resolution")
     security = _component(record, "security_blocked")
+    if (_component(record, "guards_broken") or 0.0) > 0:
+        security = 0.0  # a patch that opened a new hole (a guard fails) refuses no exploit that counts
     broken = _component(record, "legit_use_broken")
     steps = _component(record, "steps_used")
     invalid = _component(record, "invalid_actions")

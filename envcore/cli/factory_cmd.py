@@ -207,7 +207,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     row = cache.row(bundle.scenario_id)
     print(f"{bundle.scenario_id}  {bundle.title}")
     print(f"  split {row['split']} | tier {bundle.tier} | {bundle.bug_class} ({', '.join(bundle.cwe)}) / "
-          f"{bundle.variant} | style {bundle.code_style} | traps {[t.kind for t in bundle.traps] or '-'}")
+          f"{bundle.variant} | style {bundle.code_style} | traps {[t.key for t in bundle.traps] or '-'}")
     print(f"  sites: {', '.join(f'{s.method} {s.path}' for s in bundle.sites)}")
     print(f"\nTask\n  {bundle.task}\n\nPolicy\n" + "\n".join(f"  {line}" for line in bundle.policy_text.splitlines()))
     print("\nUsers")

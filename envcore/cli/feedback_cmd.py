@@ -26,8 +26,9 @@ def register(groups: argparse._SubParsersAction) -> None:
 
     a = cmds.add_parser("analyze", help="categorise why episodes failed, by bug class, tier, domain and agent",
                         description="Give every finished episode of the logs a failure category (a declarative table: "
-                        "app broken, over-restriction, partial fix, format errors, budget exhausted, no patch, wrong "
-                        "site; infrastructure failures excluded) and write analysis.json and report.md to --out.")
+                        "app broken, guard broken, over-restriction, partial fix, format errors, budget exhausted, no "
+                        "patch, wrong site; infrastructure failures excluded) and write analysis.json and report.md to "
+                        "--out.")
     a.add_argument("--logs", action="append", required=True, type=Path,
                    help="a folder of episode logs (searched recursively) or one log; repeatable")
     a.add_argument("--out", required=True, type=Path, help="output folder")

@@ -5,8 +5,8 @@ few counts about how the episode was played) returning its contribution. The eng
 clips the total to ``[-1, 1]``; the breakdown (every component's value and what it measured) is
 returned with the reward, and only when the episode ends. Nothing here runs before submit.
 
-The shape follows SWE-bench's grading, with security probes as fail-to-pass and regression and trap
-probes as pass-to-pass, and two gates that make lazy fixes unprofitable:
+The shape follows SWE-bench's grading, with security probes as fail-to-pass and regression, trap and
+guard probes as pass-to-pass, and gates that make lazy and wrong fixes unprofitable:
 
 * **the app must load**: a patch that stops the app from importing or starting earns
   ``LOAD_FAILURE`` (-0.6) and nothing else is counted;
@@ -14,16 +14,21 @@ probes as pass-to-pass, and two gates that make lazy fixes unprofitable:
   probe still passes. Otherwise the episode earns a penalty proportional to the legitimate use it
   broke. Deny-everyone, deleting the vulnerable route, refusing an intentionally public route or
   locking out an admin all fail some regression or trap probe (the scenario check proves this for
-  every cached scenario), so they end at or below zero, never above leaving the app alone.
+  every cached scenario), so they end at or below zero, never above leaving the app alone;
+* **guards must hold** (scenarios with ``guard`` probes only): a guard is a security check the shipped
+  app already passes. A patch that breaks one has opened a new hole, so it earns no security credit
+  at all, and the ``guards_broken`` term charges ``GUARD_BROKEN_WEIGHT`` times the fraction of guards
+  that fail. Such a patch always ends below leaving the app alone. Scenarios without guards have
+  neither the term nor the gate, so their breakdowns are what they always were.
 
-With both gates open, the security component pays the fraction of security probes (visible and
+With every gate open, the security component pays the fraction of security probes (visible and
 hidden) that now refuse the exploit, so fixing one of two vulnerable sites earns about half. Small
 costs for steps, invalid actions, an oversized diff and running out of budget make a longer or
 sloppier episode never pay more than a shorter one with the same patch; together they are capped so
 a correct fix always scores at least 0.95 unless the step budget ran out.
 
 Range: ``[-1, 1]``. 1 is a full fix in one step; 0 is the shipped app unchanged (or a patch that
-changes nothing that matters); below 0 means the patch broke legitimate use or the app itself.
+changes nothing that matters); below 0 means the patch broke legitimate use, a guard or the app itself.
 An infrastructure failure (the sandbox, not the agent) has reward ``None``: it is neither a success
 nor a failure and must not be learned from.
 """
@@ -35,12 +40,15 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict
 
+from envcore.scenario.probes import ProbeKind
 from envcore.verifier.report import VerificationReport
 
 LOAD_FAILURE = -0.6
 """What a patch that stops the app from loading earns (before costs)."""
 BROKEN_USE_WEIGHT = 0.5
 """Penalty for legitimate use broken, times the fraction of regression and trap probes that fail."""
+GUARD_BROKEN_WEIGHT = 0.5
+"""Penalty for security the patch took away, times the fraction of guard probes that fail."""
 STEP_COST_MAX = 0.02
 """What using the whole step budget costs; each step costs ``STEP_COST_MAX / max_steps``."""
 INVALID_ACTION_COST = 0.005
@@ -94,7 +102,8 @@ class RewardBreakdown(BaseModel):
     resolution: str | None = None
     """FULL / PARTIAL / NO from the verifier (``None`` when it could not run)."""
     gates: dict[str, bool] = {}
-    """Which gates were open: ``app_loads``, ``legit_use_kept``."""
+    """Which gates were open: ``app_loads``, ``legit_use_kept`` and, for a scenario with guard probes,
+    ``guards_hold``."""
 
     def value(self, name: str) -> float:
         return next(c.value for c in self.components if c.name == name)
@@ -109,12 +118,23 @@ def _legit_use_kept(x: RewardInputs) -> bool:
     return r.regression.passed == r.regression.total and r.trap.passed == r.trap.total
 
 
+def _guards_hold(x: RewardInputs) -> bool:
+    return x.report.guard.passed == x.report.guard.total
+
+
+def _broken_guards(x: RewardInputs) -> list[str]:
+    return [p.probe_id for p in x.report.probes if p.kind == ProbeKind.GUARD and not p.passed]
+
+
 def security_blocked(x: RewardInputs) -> tuple[float, float, str]:
     """Fraction of security probes (visible and hidden) whose exploit is now refused; paid only when
-    the app loads and every regression and trap probe still passes."""
+    the app loads, every regression and trap probe still passes and every guard probe still holds."""
     rate = x.report.security.rate if x.report.security.total else 0.0
-    paid = rate if _app_loads(x) and _legit_use_kept(x) else 0.0
-    return paid, rate, f"{x.report.security.passed}/{x.report.security.total} exploits refused"
+    paid = rate if _app_loads(x) and _legit_use_kept(x) and _guards_hold(x) else 0.0
+    detail = f"{x.report.security.passed}/{x.report.security.total} exploits refused"
+    if _app_loads(x) and not _guards_hold(x):
+        detail += "; not paid: a guard probe fails (the patch opened a new hole)"
+    return paid, rate, detail
 
 
 def legit_use_broken(x: RewardInputs) -> tuple[float, float, str]:
@@ -124,6 +144,18 @@ def legit_use_broken(x: RewardInputs) -> tuple[float, float, str]:
         return 0.0, 0.0, "not counted: the app did not load"
     failed = 1.0 - p2p.rate
     return -BROKEN_USE_WEIGHT * failed, failed, f"{p2p.total - p2p.passed}/{p2p.total} regression and trap probes fail"
+
+
+def guards_broken(x: RewardInputs) -> tuple[float, float, str]:
+    """Penalty for guard probes that fail: security the shipped app had and the patch took away.
+    A term of the breakdown only for scenarios with guard probes."""
+    guard = x.report.guard
+    if not _app_loads(x):
+        return 0.0, 0.0, "not counted: the app did not load"
+    failed = 1.0 - guard.rate
+    named = _broken_guards(x)
+    detail = f"{guard.total - guard.passed}/{guard.total} guard probes fail" + (f": {', '.join(named)}" if named else "")
+    return -GUARD_BROKEN_WEIGHT * failed, failed, detail
 
 
 def app_loads(x: RewardInputs) -> tuple[float, float, str]:
@@ -175,6 +207,9 @@ COMPONENTS: dict[str, Component] = {
 }
 """The reward's terms, by the name used in every breakdown, log and chart."""
 
+GUARD_COMPONENT = ("guards_broken", guards_broken)
+"""The term a scenario with guard probes adds after :data:`COMPONENTS` (others never show it)."""
+
 
 def compute_reward(x: RewardInputs) -> RewardBreakdown:
     """The episode's reward and its breakdown (reward ``None`` on an infrastructure failure)."""
@@ -185,6 +220,11 @@ def compute_reward(x: RewardInputs) -> RewardBreakdown:
     for name, component in COMPONENTS.items():
         value, measured, detail = component(x)
         parts.append(RewardComponent(name=name, value=round(value, 6), measured=round(measured, 6), detail=detail))
+    guarded = report.guard.total > 0
+    if guarded:  # only a scenario with guards has this term: other breakdowns are unchanged
+        name, component = GUARD_COMPONENT
+        value, measured, detail = component(x)
+        parts.append(RewardComponent(name=name, value=round(value, 6), measured=round(measured, 6), detail=detail))
     if x.hints_taken:  # only a person's episode has this term: agents' breakdowns are unchanged
         parts.append(RewardComponent(name="hints", value=round(-x.hints_cost, 6), measured=float(x.hints_taken),
                                      detail=f"{x.hints_taken} hint(s) taken, costing {x.hints_cost:.2f}"))
@@ -193,5 +233,6 @@ def compute_reward(x: RewardInputs) -> RewardBreakdown:
         reward=round(total, 6),
         components=tuple(parts),
         resolution=report.resolution.value if report.resolution else None,
-        gates={"app_loads": _app_loads(x), "legit_use_kept": _legit_use_kept(x)},
+        gates={"app_loads": _app_loads(x), "legit_use_kept": _legit_use_kept(x),
+               **({"guards_hold": _guards_hold(x)} if guarded else {})},
     )

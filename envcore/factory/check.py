@@ -6,15 +6,19 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
 
 * **actors**: every probe acts as a seeded user or anonymously (nothing else runs otherwise);
 * **structure**: probe ids unique, security probes hidden, at least one
-  visible probe, every trap backed by a trap probe, a non-empty reference fix;
-* **vulnerable**: the app as shipped loads, every visible probe passes and every security probe fails
-  (so an empty patch passes no security probe);
+  visible probe, every trap backed by a trap probe, every trap probe naming a declared trap, trap
+  names unique, a non-empty reference fix;
+* **vulnerable**: the app as shipped loads, every visible probe and every guard probe passes, and every
+  security probe fails (so an empty patch passes no security probe, and a guard is security the app
+  already has);
 * **pass to pass**: every hidden regression and trap probe passes on the app as shipped too;
-* **reference**: with the reference fix applied, every probe passes;
+* **reference**: with the reference fix applied, every probe passes (guards included);
 * **shadow** (bundles that declare identities): on shadow data, as every grading draws it, the
-  reference fix still passes every probe and the vulnerable app still fails every security probe;
+  reference fix still passes every probe and the vulnerable app still fails every security probe and
+  passes every guard;
 * **lazy fixes**: deny-all and delete-the-vulnerable-routes each fail at least one regression or trap
-  probe (deny-the-vulnerable-routes blocks the same routes, so it fails whenever delete does);
+  probe (deny-the-vulnerable-routes blocks the same routes, so it fails whenever delete does); guard
+  probes are left out, since a refusal is what most of them expect;
 * **partial fixes** (multi-site variants): fixing one site alone still fails that other site's
   security probes;
 * **narrow fixes** (bundles with a spec): every exploit path the policy forbids is probed. Each
@@ -42,9 +46,11 @@ from envcore.factory.codegen import render_app
 from envcore.factory.compiler import compile_spec
 from envcore.factory.lazy_fixes import narrow_fix_files, narrow_fixes, path_pattern
 from envcore.patching import PatchError, apply_patch
+from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
 from envcore.runner.inprocess import InProcessRunner
 from envcore.scenario.bundle import Bundle
+from envcore.scenario.credentials import Credentials
 from envcore.scenario.probes import Probe, ProbeKind
 from envcore.verifier.shadow import draw_shadow, regrade_files
 
@@ -67,8 +73,9 @@ class CheckReport:
         return f"{self.scenario_id}: INVALID\n" + "\n".join(f"  - {p}" for p in self.problems)
 
 
-def _tokens(bundle: Bundle) -> dict[str, str]:
-    return {u.username: u.token for u in bundle.users}
+def _actors(bundle: Bundle) -> dict[str, Credentials]:
+    """How requests as each of the bundle's users are signed (their credentials, filled in)."""
+    return actors_of(bundle.users)
 
 
 LAZY_GATES = {
@@ -80,8 +87,8 @@ LAZY_GATES = {
 equivalence of the two forms is tested)."""
 
 CHECKED_LAZY_FIXES = ("deny_all", "delete_sites")
-"""``deny_sites`` blocks exactly the routes ``delete_sites`` removes, so every guard probe it fails
-``delete_sites`` fails too; checking it again would only cost time."""
+"""``deny_sites`` blocks exactly the routes ``delete_sites`` removes, so every legitimate-use probe it
+fails ``delete_sites`` fails too; checking it again would only cost time."""
 
 
 class CheckContext:
@@ -105,26 +112,27 @@ class CheckContext:
             self._hash = self.bundle.content_hash()
         return self._hash
 
-    def guard_probes(self) -> tuple[Probe, ...]:
+    def legit_use_probes(self) -> tuple[Probe, ...]:
         """Regression and trap probes, those touching a vulnerable route first (so lazy fixes fail fast)."""
         patterns = [re.compile(path_pattern(s.path)) for s in self.bundle.sites]
-        guards = [p for p in self.bundle.probes if p.kind != ProbeKind.SECURITY]
+        legit = [p for p in self.bundle.probes if p.kind in (ProbeKind.REGRESSION, ProbeKind.TRAP)]
         touches = lambda p: any(rx.match(st.path.split("?")[0]) for st in p.steps for rx in patterns)  # noqa: E731
-        return tuple(sorted(guards, key=lambda p: not touches(p)))
+        return tuple(sorted(legit, key=lambda p: not touches(p)))
 
     @property
     def vulnerable_runs(self) -> list[RunReport]:
         """[deny_all, delete_sites, the app as shipped], from one load."""
         if self._vulnerable is None:
             patterns = tuple(path_pattern(s.path) for s in self.bundle.sites)
-            guards = self.guard_probes()
-            batches = [Batch(guards, LAZY_GATES[kind](patterns), True) for kind in CHECKED_LAZY_FIXES]
+            legit = self.legit_use_probes()
+            batches = [Batch(legit, LAZY_GATES[kind](patterns), True) for kind in CHECKED_LAZY_FIXES]
             shipped = [
-                p for p in self.bundle.probes if self.pass_to_pass or p.visible or p.kind == ProbeKind.SECURITY
+                p for p in self.bundle.probes
+                if self.pass_to_pass or p.visible or p.kind in (ProbeKind.SECURITY, ProbeKind.GUARD)
             ]
             batches.append(Batch(tuple(shipped)))
             source = AppSource(self.bundle.files, self.bundle.entrypoint)
-            self._vulnerable = self.runner.run_batches(source, batches, _tokens(self.bundle))
+            self._vulnerable = self.runner.run_batches(source, batches, _actors(self.bundle))
         return self._vulnerable
 
 
@@ -152,10 +160,7 @@ def check_structure(ctx: CheckContext) -> list[str]:
         problems.append("no security probe")
     if not bundle.visible_probes:
         problems.append("no visible probe for the agent to run")
-    backed = {p.trap for p in bundle.probes_of(ProbeKind.TRAP)}
-    for trap in bundle.traps:
-        if trap.kind != "second_site" and trap.kind not in backed:
-            problems.append(f"trap {trap.kind} has no trap probe")
+    problems += _trap_problems(bundle)
     if any(t.kind == "second_site" for t in bundle.traps):
         covered = {s for p in bundle.probes_of(ProbeKind.SECURITY) for s in p.sites}
         if len(covered) < 2:
@@ -167,8 +172,32 @@ def check_structure(ctx: CheckContext) -> list[str]:
     return problems
 
 
+def _trap_problems(bundle: Bundle) -> list[str]:
+    """Traps and trap probes agree: names unique, every trap probe names a declared trap, every trap
+    (but ``second_site``, which security probes back) has a trap probe."""
+    problems = []
+    keys = [t.key for t in bundle.traps]
+    for key in sorted({k for k in keys if keys.count(k) > 1}):
+        problems.append(f"two traps are named {key!r}")
+    declared = ", ".join(keys) or "none"
+    for probe in bundle.probes:
+        if probe.kind == ProbeKind.TRAP and probe.trap is None:
+            problems.append(f"trap probe {probe.id} names no trap (declared traps: {declared})")
+        elif probe.kind == ProbeKind.TRAP and probe.trap not in keys:
+            problems.append(f"trap probe {probe.id} names trap {probe.trap!r}, which the scenario does not declare "
+                            f"(declared traps: {declared})")
+        elif probe.kind != ProbeKind.TRAP and probe.trap is not None:
+            problems.append(f"{probe.kind.value} probe {probe.id} names trap {probe.trap!r}; only trap probes back traps")
+    backed = {p.trap for p in bundle.probes_of(ProbeKind.TRAP)}
+    for trap in bundle.traps:
+        if trap.kind != "second_site" and trap.key not in backed:
+            hint = f" (add a probe with kind: trap and trap: {trap.key})" if trap.name else ""
+            problems.append(f"trap {trap.key} has no trap probe{hint}")
+    return problems
+
+
 def check_vulnerable(ctx: CheckContext) -> list[str]:
-    """The app as shipped loads, every visible probe passes, every security probe fails."""
+    """The app as shipped loads, every visible and every guard probe passes, every security probe fails."""
     report = ctx.vulnerable_runs[-1]
     if not report.loaded:
         return [f"the vulnerable app does not load: {report.load_error}"]
@@ -176,7 +205,10 @@ def check_vulnerable(ctx: CheckContext) -> list[str]:
     for outcome in report.outcomes:
         if outcome.kind == ProbeKind.SECURITY and outcome.passed:
             problems.append(f"security probe {outcome.probe_id} already passes on the vulnerable app (not exploitable)")
-        if outcome.visible and not outcome.passed:
+        if outcome.kind == ProbeKind.GUARD and not outcome.passed:
+            problems.append(f"guard probe {outcome.probe_id} fails on the vulnerable app (a guard checks security the "
+                            f"app already has; it must pass before any fix): {outcome.failures[:2]}")
+        elif outcome.visible and not outcome.passed:
             problems.append(f"visible probe {outcome.probe_id} fails on the vulnerable app: {outcome.failures[:2]}")
     return problems
 
@@ -190,7 +222,7 @@ def check_pass_to_pass(ctx: CheckContext) -> list[str]:
     return [
         f"{o.kind.value} probe {o.probe_id} fails on the vulnerable app: {o.failures[:2]}"
         for o in report.outcomes
-        if o.kind != ProbeKind.SECURITY and not o.visible and not o.passed
+        if o.kind in (ProbeKind.REGRESSION, ProbeKind.TRAP) and not o.visible and not o.passed  # guards: vulnerable
     ]
 
 
@@ -202,7 +234,7 @@ def check_reference(ctx: CheckContext) -> list[str]:
         fixed = apply_patch(bundle.files, bundle.reference_fix)
     except PatchError as exc:
         return [f"the reference fix does not apply: {exc}"]
-    report = runner.run(AppSource(fixed, bundle.entrypoint), bundle.probes, _tokens(bundle))
+    report = runner.run(AppSource(fixed, bundle.entrypoint), bundle.probes, _actors(bundle))
     if not report.loaded:
         return [f"the fixed app does not load: {report.load_error}"]
     return [
@@ -221,19 +253,21 @@ def check_shadow(ctx: CheckContext) -> list[str]:
     shadow = draw_shadow(bundle, random.Random(int(ctx.content_hash[:12], 16)))
     if shadow is None:
         return []
-    tokens = _tokens(shadow)
+    actors = _actors(shadow)
     problems = []
-    vulnerable = runner.run(AppSource(regrade_files(bundle.files, shadow), bundle.entrypoint), shadow.probes, tokens)
+    vulnerable = runner.run(AppSource(regrade_files(bundle.files, shadow), bundle.entrypoint), shadow.probes, actors)
     if not vulnerable.loaded:
         return [f"the vulnerable app does not load on shadow data: {vulnerable.load_error}"]
     problems += [f"security probe {o.probe_id} passes on the vulnerable app on shadow data"
                  for o in vulnerable.outcomes if o.kind == ProbeKind.SECURITY and o.passed]
+    problems += [f"guard probe {o.probe_id} fails on the vulnerable app on shadow data: {o.failures[:2]}"
+                 for o in vulnerable.outcomes if o.kind == ProbeKind.GUARD and not o.passed]
     if bundle.reference_fix.strip():
         try:
             fixed = apply_patch(bundle.files, bundle.reference_fix)
         except PatchError:
             return problems  # reported by check_reference
-        report = runner.run(AppSource(regrade_files(fixed, shadow), bundle.entrypoint), shadow.probes, tokens)
+        report = runner.run(AppSource(regrade_files(fixed, shadow), bundle.entrypoint), shadow.probes, actors)
         if not report.loaded:
             return problems + [f"the fixed app does not load on shadow data: {report.load_error}"]
         problems += [f"{o.kind.value} probe {o.probe_id} fails with the reference fix on shadow data: {o.failures[:2]}"
@@ -261,7 +295,7 @@ def check_partial_fixes(ctx: CheckContext) -> list[str]:
     for fixed_site in variant.sites:
         still_open = tuple(s for s in variant.sites if s != fixed_site)
         app = render_app(bundle.spec, variant.mutations_for(still_open))
-        report = runner.run(AppSource(app.files, app.entrypoint), security, _tokens(bundle))
+        report = runner.run(AppSource(app.files, app.entrypoint), security, _actors(bundle))
         if not report.loaded:
             problems.append(f"fixing only {fixed_site} breaks the app: {report.load_error}")
             continue
@@ -286,7 +320,7 @@ def check_narrow_fixes(ctx: CheckContext) -> list[str]:
     probes = sorted(bundle.probes, key=lambda p: p.kind != ProbeKind.SECURITY)
     problems = []
     for fix in fixes:
-        report = ctx.runner.run(AppSource(narrow_fix_files(bundle, fix), bundle.entrypoint), probes, _tokens(bundle),
+        report = ctx.runner.run(AppSource(narrow_fix_files(bundle, fix), bundle.entrypoint), probes, _actors(bundle),
                                 stop_on_failure=True)
         if not report.loaded:
             problems.append(f"the narrow fix {fix.name!r} does not load: {report.load_error}")

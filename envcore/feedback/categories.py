@@ -6,13 +6,15 @@ With the scenario's bundle it also knows which sites stayed open, which traps we
 which files the reference fix touches. :data:`CATEGORIES` is the table: an ordered list of named
 rules over those facts, where the first rule that matches is the category. The order is the
 diagnosis's priority. A patch that broke the app is "app broken" even if it also ran out of steps.
-A patch that locked out an admin is "over-restriction" even though it closed the hole.
+A patch that locked out an admin is "over-restriction" even though it closed the hole, and one that
+opened a new hole (a guard probe fails) is "guard broken" whatever else it did.
 
 | category | rule (first match wins) |
 | --- | --- |
 | ``infrastructure`` | no reward: the sandbox failed, not the agent (excluded from every rate) |
 | ``solved`` | full fix (not a failure; kept so rates have their denominator) |
 | ``app_broken`` | the patched app does not load |
+| ``guard_broken`` | a guard probe fails: security the shipped app had is gone (detail: which guards) |
 | ``over_restriction`` | a regression or trap probe fails (legitimate use broken; detail: which traps, how many regressions) |
 | ``partial_fix`` | some exploits refused, not all, legitimate use intact (detail: which sites stayed open) |
 | ``format_errors`` | at least half the steps were replies with no readable action |
@@ -54,7 +56,11 @@ class EpisodeFacts:
     open_sites: tuple[str, ...] = ()
     closed_sites: tuple[str, ...] = ()
     sprung_traps: tuple[str, ...] = ()
-    """Trap kinds whose probes fail."""
+    """Traps whose probes fail, by name (a generated trap's name is its kind)."""
+    guards_broken: float = 0.0
+    """Share of guard probes that fail (0 for a scenario without guards)."""
+    broken_guards: tuple[str, ...] = ()
+    """Ids of the guard probes that fail (when the record carries a verification report)."""
     failed_regressions: int | None = None
     """Regression probes that fail (``None`` when the record carries no verification report)."""
     load_error: str = ""
@@ -90,6 +96,7 @@ def episode_facts(record: EpisodeRecord, bundle: Any = None) -> EpisodeFacts:
     open_sites: set[str] = set()
     closed_sites: set[str] = set()
     sprung: set[str] = set()
+    broken_guards: set[str] = set()
     failed_regressions = None
     fix_files: tuple[str, ...] = ()
     report = record.verification or {}
@@ -109,10 +116,13 @@ def episode_facts(record: EpisodeRecord, bundle: Any = None) -> EpisodeFacts:
                     sprung.add(str(probe.trap))
                 elif kind == "regression" and not result.get("passed"):
                     failed_regressions += 1
+                elif kind == "guard" and not result.get("passed"):
+                    broken_guards.add(probe.id)
     return EpisodeFacts(
         reward=record.reward, outcome=record.outcome, resolution=resolution,
         app_loads=measured.get("app_loads", 1.0) >= 1.0,
         legit_broken=measured.get("legit_use_broken", 0.0),
+        guards_broken=measured.get("guards_broken", 0.0), broken_guards=tuple(sorted(broken_guards)),
         exploits_refused=measured.get("security_blocked", 0.0),
         steps=len(record.steps), format_errors=_format_errors(record),
         budget_exhausted=record.outcome == "budget_exhausted" or measured.get("budget_exhausted", 0.0) >= 1.0,
@@ -145,6 +155,12 @@ def _over_detail(f: EpisodeFacts) -> str:
     return "; ".join(parts) or f"{f.legit_broken:.0%} of regression and trap probes fail"
 
 
+def _guard_detail(f: EpisodeFacts) -> str:
+    if f.broken_guards:
+        return "guard broken: " + ", ".join(f.broken_guards)
+    return f"{f.guards_broken:.0%} of guard probes fail"
+
+
 def _partial_detail(f: EpisodeFacts) -> str:
     if f.open_sites:
         closed = f" (closed: {', '.join(f.closed_sites)})" if f.closed_sites else ""
@@ -165,6 +181,8 @@ CATEGORIES: tuple[Category, ...] = (
     Category("solved", "solved", "a full fix", lambda f: f.resolution == "full", failure=False),
     Category("app_broken", "app broken", "the patched app does not load", lambda f: not f.app_loads,
              lambda f: f.load_error.splitlines()[-1][:160] if f.load_error else ""),
+    Category("guard_broken", "guard broken", "a new hole: a guard probe (security the shipped app had) fails",
+             lambda f: f.guards_broken > 0 or bool(f.broken_guards), _guard_detail),
     Category("over_restriction", "over-restriction", "legitimate use broken: a regression or trap probe fails",
              lambda f: f.legit_broken > 0, _over_detail),
     Category("partial_fix", "partial fix", "some exploits refused, not all; legitimate use intact",

@@ -11,7 +11,11 @@ Probe kinds follow SWE-bench's fail-to-pass / pass-to-pass split:
 * ``regression`` probes exercise legitimate use; they pass before and must still pass after
   (pass-to-pass).
 * ``trap`` probes are regression probes aimed at a lazy fix (an intentionally public route, an
-  admin who must keep access, a legacy alias that must keep working).
+  admin who must keep access, a legacy alias that must keep working); each names the trap it backs.
+* ``guard`` probes are security checks the vulnerable app already passes (anonymous callers get 401
+  on an admin route, one user cannot delete another's record on a route that is not the bug's); they
+  must still pass after the fix (pass-to-pass), and exist to catch a fix that opens a new hole. A
+  failing guard costs security credit, not legitimate use (see :mod:`envcore.env.reward`).
 
 State semantics: one verification loads the app once and runs its probes in bundle order (generated
 bundles put regression and trap probes first and security probes last), so earlier probes' writes are
@@ -40,11 +44,13 @@ class _Wire(BaseModel):
 
 
 class ProbeKind(str, Enum):
-    """What a probe guards: the bug (security), legitimate use (regression) or a lazy fix (trap)."""
+    """What a probe checks: the bug (security), legitimate use (regression), a lazy fix (trap) or
+    security the app already has and must keep (guard)."""
 
     SECURITY = "security"
     REGRESSION = "regression"
     TRAP = "trap"
+    GUARD = "guard"
 
 
 class StatusIn(_Wire):
@@ -162,7 +168,8 @@ class Probe(_Wire):
     sites: tuple[str, ...] = ()
     """Bug sites this probe covers (security probes), used to grade partial fixes."""
     trap: str | None = None
-    """The trap this probe backs, for ``kind == trap``."""
+    """The trap this probe backs, for ``kind == trap``: the trap's name, or its kind when it has none
+    (:attr:`envcore.scenario.spec.Trap.key`)."""
 
 
 class StepResult(_Wire):

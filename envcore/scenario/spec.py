@@ -16,7 +16,7 @@ import re
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 SPEC_VERSION = 1
 """Bump when the meaning of a spec field changes."""
@@ -109,11 +109,21 @@ class DomainSpec(_Model):
 
 
 class CodeStyle(_Model):
-    """How the app's source is laid out. Each axis changes where the fix must go."""
+    """How the app's source is laid out. Each axis changes where the fix must go.
 
-    layout: Literal["single_file", "package"] = "single_file"
-    auth: Literal["depends", "inline", "decorator"] = "depends"
-    store: Literal["dict", "sqlite"] = "dict"
+    The first values of each axis are the generator's compact styles (one file or a small package, a
+    bearer token the app looks up itself, a dict or an in-memory ``sqlite3`` store). The others write
+    what production FastAPI apps look like: ``routers`` (a project of ``APIRouter`` modules with
+    models, schemas, database, dependencies and ``pydantic-settings`` config, imported through the
+    ``app`` package) and ``routers_flat`` (the same modules at the top level, imported as ``import
+    models``); ``oauth2_jwt`` (``OAuth2PasswordBearer``, a password login and PyJWT tokens),
+    ``api_key`` (``APIKeyHeader``) and ``cookie`` (``APIKeyCookie`` session ids); ``sqlalchemy`` (the
+    SQLAlchemy 2 ORM) and ``sqlmodel`` (SQLModel tables), both on a SQLite file the app creates and
+    seeds at start-up."""
+
+    layout: Literal["single_file", "package", "routers", "routers_flat"] = "single_file"
+    auth: Literal["depends", "inline", "decorator", "oauth2_jwt", "api_key", "cookie"] = "depends"
+    store: Literal["dict", "sqlite", "sqlalchemy", "sqlmodel"] = "dict"
     id_type: Literal["int", "str"] = "int"
 
     @property
@@ -216,13 +226,45 @@ class BugTarget(_Model):
 
 
 TrapKind = Literal["public_route", "admin_access", "second_site", "legacy_alias"]
+"""The traps the generator plants (a scenario may also declare ``custom`` ones, see :class:`Trap`)."""
+
+CUSTOM_TRAP = "custom"
+"""The kind of a trap a scenario's author names and describes in their own words."""
+
+TRAP_NAME = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+"""What a trap's name looks like: a short slug (``anonymous-401``), so it can never hold a path."""
 
 
 class Trap(_Model):
-    """A decoy that punishes a naive fix; every trap is backed by at least one probe."""
+    """A decoy that punishes a naive fix; every trap is backed by at least one probe.
 
-    kind: TrapKind
+    Trap probes refer to a trap by its :attr:`key`: its ``name`` when it has one, else its ``kind``.
+    A ``custom`` trap must have a name (``{kind: custom, name: anonymous-401, description: ...}``).
+    An unnamed trap serialises exactly as before names existed (no ``name`` key), so the content hash
+    of every bundle written without them is unchanged."""
+
+    kind: TrapKind | Literal["custom"]
     description: str
+    name: str | None = Field(default=None, pattern=TRAP_NAME)
+    """The name trap probes use in ``trap:`` (required for ``custom``; ``None``: the kind is the name)."""
+
+    @model_validator(mode="after")
+    def _named_when_custom(self) -> Trap:
+        if self.kind == CUSTOM_TRAP and self.name is None:
+            raise ValueError("a custom trap needs a name (trap probes refer to it by that name)")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_missing_name(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if self.name is None:
+            data.pop("name", None)
+        return data
+
+    @property
+    def key(self) -> str:
+        """How trap probes name this trap: its name, or its kind when it has none."""
+        return self.name or self.kind
 
 
 class DifficultyFeatures(_Model):

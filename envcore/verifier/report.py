@@ -2,12 +2,13 @@
 
 Grading is a chain of pure functions, SWE-bench style: probe outcomes → tallies per kind →
 :class:`Resolution`. Security probes play *fail-to-pass* (they fail on the shipped app and must pass
-after a fix); regression and trap probes play *pass-to-pass* (they pass on the shipped app and must
-keep passing):
+after a fix); regression, trap and guard probes play *pass-to-pass* (they pass on the shipped app and
+must keep passing). Regression and trap probes are legitimate use; guard probes are security the app
+already had, so a fix that breaks one has opened a new hole and is no fix at all:
 
-* ``FULL``: every security probe and every regression and trap probe passes;
-* ``PARTIAL``: some but not all security probes pass, and every regression and trap probe passes;
-* ``NO``: anything else, including an app that does not load.
+* ``FULL``: every security, regression, trap and guard probe passes;
+* ``PARTIAL``: some but not all security probes pass, and every regression, trap and guard probe passes;
+* ``NO``: anything else, including a broken guard and an app that does not load.
 
 Three outcomes are kept apart: ``graded`` (the app ran and was judged), ``load_error`` (the app did
 not load: the patch's fault, graded ``NO``), ``infrastructure_error`` (the sandbox failed: nobody's
@@ -17,10 +18,11 @@ fault, no resolution and reward ``None``, to be retried or dropped, never learne
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from envcore.scenario.bundle import Bundle
 from envcore.scenario.probes import Probe, ProbeKind, ProbeOutcome, describe_fact
 
 
@@ -47,6 +49,19 @@ class ProbeResult(_Model):
     got: tuple[str, ...]
     """Each step's answer: status and the start of the body, or why there was none."""
     failures: tuple[str, ...] = ()
+    trap: str | None = None
+    """For a trap probe: the name of the trap it backs (its kind when the trap has no name)."""
+    trap_description: str | None = None
+    """For a trap probe: what the trap says must keep working, in its author's words."""
+
+    @model_serializer(mode="wrap")
+    def _without_missing_trap(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Results of probes that back no trap dump as they did before traps were named in reports."""
+        data = handler(self)
+        for name in ("trap", "trap_description"):
+            if data.get(name, ...) is None:
+                del data[name]
+        return data
 
 
 class Tally(_Model):
@@ -73,6 +88,8 @@ class VerificationReport(_Model):
     security: Tally = Tally()
     regression: Tally = Tally()
     trap: Tally = Tally()
+    guard: Tally = Tally()
+    """Guard probes: security checks the shipped app passes and a fix must keep passing."""
     probes: tuple[ProbeResult, ...] = ()
     load_error: str | None = None
     infrastructure_error: str | None = None
@@ -90,6 +107,7 @@ class VerificationReport(_Model):
 
     @property
     def pass_to_pass(self) -> Tally:
+        """Legitimate use: regression and trap probes (guards are counted apart, as security)."""
         return Tally(passed=self.regression.passed + self.trap.passed, total=self.regression.total + self.trap.total)
 
     def summary(self) -> str:
@@ -100,7 +118,9 @@ class VerificationReport(_Model):
         head = self.resolution.value.upper() if self.resolution else "visible probes"
         return (f"{self.scenario_id}: {head}; security {self.security.passed}/{self.security.total}, "
                 f"regression {self.regression.passed}/{self.regression.total}, "
-                f"traps {self.trap.passed}/{self.trap.total} ({self.elapsed_ms:.1f} ms)")
+                f"traps {self.trap.passed}/{self.trap.total}"
+                + (f", guards {self.guard.passed}/{self.guard.total}" if self.guard.total else "")
+                + f" ({self.elapsed_ms:.1f} ms)")
 
 
 def tally(outcomes: tuple[ProbeOutcome, ...] | list[ProbeOutcome], kind: ProbeKind) -> Tally:
@@ -108,9 +128,13 @@ def tally(outcomes: tuple[ProbeOutcome, ...] | list[ProbeOutcome], kind: ProbeKi
     return Tally(passed=sum(o.passed for o in chosen), total=len(chosen))
 
 
-def resolve(security: Tally, regression: Tally, trap: Tally) -> Resolution:
-    """SWE-bench's rule with security as fail-to-pass and regression plus traps as pass-to-pass."""
-    p2p = regression.passed == regression.total and trap.passed == trap.total
+NO_PROBES = Tally()
+"""The tally of a kind a scenario has no probes of (nothing to fail)."""
+
+
+def resolve(security: Tally, regression: Tally, trap: Tally, guard: Tally = NO_PROBES) -> Resolution:
+    """SWE-bench's rule with security as fail-to-pass and regression, traps and guards as pass-to-pass."""
+    p2p = all(t.passed == t.total for t in (regression, trap, guard))
     if security.total and security.passed == security.total and p2p:
         return Resolution.FULL
     if 0 < security.passed < security.total and p2p:
@@ -130,6 +154,17 @@ def expected_steps(probe: Probe) -> tuple[str, ...]:
         f"{step.method} {step.path} as {step.actor or 'anonymous'}: " + "; ".join(describe_fact(f) for f in step.expect)
         for step in probe.steps
     )
+
+
+def with_traps(results: tuple[ProbeResult, ...], bundle: Bundle) -> tuple[ProbeResult, ...]:
+    """``results`` with each trap probe's trap named and described (from ``bundle``'s traps)."""
+    backs = {p.id: p.trap for p in bundle.probes if p.kind == ProbeKind.TRAP and p.trap}
+    named = []
+    for result in results:
+        trap = bundle.trap_named(backs.get(result.probe_id))
+        named.append(result if trap is None else
+                     result.model_copy(update={"trap": trap.key, "trap_description": trap.description}))
+    return tuple(named)
 
 
 def probe_result(probe: Probe, outcome: ProbeOutcome | None) -> ProbeResult:

@@ -24,12 +24,13 @@ import re
 from pathlib import Path
 from typing import Literal, Mapping
 
+from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.sandbox.pool import AppLoadFailure, Sandbox, WorkerGone
 from envcore.sandbox.runner import run_sandboxed
 from envcore.scenario.bundle import Bundle
 from envcore.scenario.probes import ProbeKind, ProbeOutcome
-from envcore.verifier.report import ProbeResult, Tally, VerificationReport, expected_steps, probe_result, resolve, score, tally
+from envcore.verifier.report import ProbeResult, Tally, VerificationReport, expected_steps, probe_result, resolve, score, tally, with_traps
 from envcore.verifier.shadow import Substitution, draw_substitution, apply_substitution, is_code, regrade_files
 
 _random = random.SystemRandom()
@@ -117,10 +118,10 @@ def verify(
     # A fresh, unpredictable order every time: an app cannot tell an exploit from legitimate use by
     # its position (every probe runs on a freshly loaded app, so order never decides an outcome).
     _random.shuffle(probes)
-    tokens = {user.username: user.token for user in graded.users}
+    actors = actors_of(graded.users)  # the shadow's users sign in with the shadow's credentials
     try:
         # A shadow is drawn for one grading: its template is never wanted again, so none is prepared.
-        run = run_sandboxed(sandbox, graded_source(bundle, files, graded), probes, tokens, base=data.base(),
+        run = run_sandboxed(sandbox, graded_source(bundle, files, graded), probes, actors, base=data.base(),
                             base_again=not data.shadow)
         load_error = run.load_error
         if load_error is not None and data.shadow:
@@ -136,14 +137,12 @@ def verify(
         back = data.substitution.inverse()
         results = tuple(_shadow_result(p, by_id.get(p.id), back) for p in shown)
     outcomes = list(run.outcomes)
-    security, regression, trap = (tally(outcomes, k) for k in (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP))
+    kinds = (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP, ProbeKind.GUARD)
+    security, regression, trap, guard = (tally(outcomes, k) for k in kinds)
     if not run.loaded:
         # Nothing ran: every probe counts as failed.
-        security, regression, trap = (
-            Tally(passed=0, total=sum(p.kind == k for p in shown))
-            for k in (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP)
-        )
-    resolution = resolve(security, regression, trap) if probe_set == "all" else None
+        security, regression, trap, guard = (Tally(passed=0, total=sum(p.kind == k for p in shown)) for k in kinds)
+    resolution = resolve(security, regression, trap, guard) if probe_set == "all" else None
     return VerificationReport(
         scenario_id=scenario_id,
         outcome="graded" if run.loaded else "load_error",
@@ -153,7 +152,8 @@ def verify(
         security=security,
         regression=regression,
         trap=trap,
-        probes=results,
+        guard=guard,
+        probes=with_traps(results, bundle),
         load_error=load_error,
         shadow=data.shadow,
         containment=dict(run.containment or {}),
@@ -182,6 +182,7 @@ _APP_WORDS = (
     (re.compile(r"^(header \S+) is .*, expected (.*)$", re.S), r"\1 differs from the expected \2"),
     (re.compile(r"^redirects off-site to .*$", re.S), "redirects off-site"),
     (re.compile(r"^no response \(.*\)$", re.S), "no response"),
+    (re.compile(r"^(login as .+? failed): no response \(.*\)$", re.DOTALL), r"\1: no response"),
     (re.compile(r"^not answered in time: .*$", re.S), "not answered in time"),
 )
 
