@@ -102,6 +102,7 @@ def test_generated_bundle_survives_export_and_import(tmp_path, bundle_for, runne
     assert imported.sites == original.sites
     assert imported.traps == original.traps
     assert imported.reference_fix == original.reference_fix
+    assert imported.shadow_values == original.shadow_values and original.shadow_values
     for name in ("title", "domain", "bug_class", "cwe", "variant", "code_style", "tier", "entrypoint", "task",
                  "policy_text"):
         assert getattr(imported, name) == getattr(original, name), name

@@ -2,7 +2,8 @@
 
 A scenario folder looks like this (see ``docs/bundle-format.md``)::
 
-    scenario.yaml      metadata: title, domain, bug class, CWE ids, entrypoint, task, policy, users,
+    scenario.yaml      metadata: title, domain, bug class, CWE ids, entrypoint, task, policy, users
+                       (with their credentials where the app does not take bearer tokens),
                        vulnerable sites, traps, optional tier
     probes.yaml        the declarative probes (same schema as in a bundle)
     app/               the vulnerable app, exactly as an agent will first see it
@@ -17,16 +18,20 @@ scenario can be edited by hand and imported back.
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envcore.filetree import tree_problem
+from envcore.factory import yaml_positions
 from envcore.factory.compiler import difficulty_score, tier_of
+from envcore.factory.yaml_positions import Positions
+from envcore.filetree import tree_problem
 from envcore.patching import PatchError, apply_patch, changed_lines
-from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser
+from envcore.runner.databases import dump_text, is_sqlite_file
+from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser, ShadowValue
 from envcore.scenario.probes import Probe
 from envcore.scenario.spec import SiteRef, Trap
 
@@ -41,6 +46,22 @@ MAX_FILES = 200
 
 class ImportProblem(ValueError):
     """The folder is not a valid scenario; the message lists every problem found, file by file."""
+
+
+class ShadowDeclaration(BaseModel):
+    """``scenario.yaml``'s ``shadow``: the identities and secrets grading replaces with fresh ones of
+    the same shape, drawn anew for every grading (see ``envcore/verifier/shadow.py``), so a patch
+    that special-cases the users or records it can see fails. They are replaced in the probes, the
+    users and every data file of the app (any file but ``.py``); the app must read them from such
+    files (``data/users.json``, ``seed.sql``), since a value written in its code cannot change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    users: bool = True
+    """Every user's username, user id, token and credential values (secret, login name, login form)."""
+    values: list[str | ShadowValue] = Field(default_factory=list)
+    """More values: record ids and markers, file names, the app's secret; ``{value, keep}`` keeps a
+    prefix (``{value: tok_5f1c, keep: 4}``)."""
 
 
 class ScenarioMetadata(BaseModel):
@@ -62,20 +83,75 @@ class ScenarioMetadata(BaseModel):
     sites: list[SiteRef] = Field(min_length=1)
     traps: list[Trap] = Field(default_factory=list)
     tier: int | None = Field(default=None, ge=1, le=3)
+    shadow: ShadowDeclaration | None = None
+    """Absent: the scenario is graded on its own data (a patch that special-cases its users is not caught)."""
 
 
-def _read_yaml(path: Path, problems: list[str]) -> Any:
+_PREFIX = re.compile(r"^[A-Za-z]{1,6}[_-]")
+
+
+def _user_values(user: BundleUser) -> list[str]:
+    values = [user.username, user.user_id, user.token]
+    credentials = getattr(user, "credentials", None)
+    if credentials is not None:
+        values += [credentials.secret or "", credentials.login_name or ""]
+        login = credentials.login
+        if login is not None:
+            values += [str(v) for v in (login.form or {}).values()]
+            if isinstance(login.json_body, dict):
+                values += [str(v) for v in login.json_body.values() if isinstance(v, (str, int))]
+    return [v for v in values if v]
+
+
+def shadow_values(meta: ScenarioMetadata, files: dict[str, str], problems: list[str]) -> tuple[ShadowValue, ...]:
+    """The bundle's declared shadow values (users' first, then ``values``), each once; a user's
+    identity written in the app's code is a problem (grading could not replace it)."""
+    if meta.shadow is None:
+        return ()
+    found: dict[str, ShadowValue] = {}
+    if meta.shadow.users:
+        code = {path: text for path, text in files.items() if path.endswith(".py")}
+        for user in meta.users:
+            for value in _user_values(user):
+                prefix = _PREFIX.match(value)
+                found.setdefault(value, ShadowValue(value=value, keep=len(prefix.group(0)) if prefix else 0))
+            for value in (user.username, user.token):
+                where = next((path for path, text in code.items() if value in text), None)
+                if where is not None and len(value) >= 4:
+                    problems.append(f"{METADATA}: shadow: {user.username}'s {'name' if value == user.username else 'token'} "
+                                    f"{value!r} is written in app/{where}, so grading cannot replace it: keep the "
+                                    "users in a data file the app reads (data/users.json, say), or set shadow.users: false")
+    for item in meta.shadow.values:
+        declared = item if isinstance(item, ShadowValue) else ShadowValue(value=item)
+        found.setdefault(declared.value, declared)
+    return tuple(found.values())
+
+
+def _read_yaml(path: Path, problems: list[str], positions: dict[str, Positions]) -> Any:
+    """The file's data (``None`` when missing or invalid, with the problem added), its positions
+    kept in ``positions`` under the file's name."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        data, positions[path.name] = yaml_positions.load(path.read_text(encoding="utf-8"))
+        return data
     except FileNotFoundError:
         problems.append(f"{path.name}: missing")
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        problems.append(f"{path.name}: not valid YAML ({str(exc).splitlines()[0]})")
+    except UnicodeDecodeError as exc:
+        problems.append(f"{path.name}: not valid YAML (not UTF-8 text: {exc.reason} at byte {exc.start})")
+    except yaml_positions.YamlSyntaxError as exc:
+        problems.append(f"{path.name}: not valid YAML ({exc})")
     return None
 
 
-def _validation_lines(name: str, exc: ValidationError) -> list[str]:
-    return [f"{name}: {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+def _validation_lines(name: str, exc: ValidationError, positions: Positions | None = None,
+                      base: tuple[Any, ...] = ()) -> list[str]:
+    """One line per error: the file, the field's dotted location, what is wrong and, where the
+    text is known, the line and column of the value (or of the mapping that lacks it)."""
+    lines = []
+    for error in exc.errors():
+        where = positions.of((*base, *error["loc"])) if positions is not None else None
+        at = f" (line {where[0]}, column {where[1]})" if where else ""
+        lines.append(f"{name}: {'.'.join(str(p) for p in error['loc'])}: {error['msg']}{at}")
+    return lines
 
 
 def _read_app(app_dir: Path, problems: list[str]) -> dict[str, str]:
@@ -93,10 +169,17 @@ def _read_app(app_dir: Path, problems: list[str]) -> dict[str, str]:
         if path.stat().st_size > MAX_FILE_BYTES:
             problems.append(f"{APP_DIR}/{rel}: larger than {MAX_FILE_BYTES} bytes")
             continue
+        data = path.read_bytes()
+        if is_sqlite_file(data):  # a shipped database: kept as SQL text, rebuilt before the app loads
+            try:
+                files[rel] = dump_text(data)
+            except sqlite3.Error as exc:
+                problems.append(f"{APP_DIR}/{rel}: a SQLite database that cannot be read ({exc})")
+            continue
         try:
-            files[rel] = path.read_text(encoding="utf-8")
+            files[rel] = data.decode("utf-8")
         except UnicodeDecodeError:
-            problems.append(f"{APP_DIR}/{rel}: not UTF-8 text (binary files are not supported)")
+            problems.append(f"{APP_DIR}/{rel}: not UTF-8 text (binary files other than SQLite databases are not supported)")
     if len(files) > MAX_FILES:
         problems.append(f"{APP_DIR}/: more than {MAX_FILES} files")
     elif (problem := tree_problem(files)) is not None:  # what an agent's patch of it could never be
@@ -107,8 +190,29 @@ def _read_app(app_dir: Path, problems: list[str]) -> dict[str, str]:
 
 
 def _count_routes(files: dict[str, str]) -> int:
-    pattern = re.compile(r"^\s*@\w+\.(get|post|put|patch|delete|api_route|head|options)\(", re.M)
+    pattern = re.compile(r"^\s*@\w+\.(get|post|put|patch|delete|api_route|head|options)\(", re.MULTILINE)
     return sum(len(pattern.findall(text)) for rel, text in files.items() if rel.endswith(".py"))
+
+
+def _trap_reference_problems(traps: list[Trap], raw_probes: list[Any]) -> list[str]:
+    """Trap names are unique and every trap probe names a trap ``scenario.yaml`` declares (a trap with
+    no probe is left to the scenario check, which says so with the check's other findings)."""
+    problems = []
+    keys = [t.key for t in traps]
+    for key in sorted({k for k in keys if keys.count(k) > 1}):
+        problems.append(f"{METADATA}: traps: two traps are named {key!r}")
+    declared = ", ".join(keys) or "none"
+    for i, item in enumerate(raw_probes):
+        if not isinstance(item, dict) or item.get("kind") != "trap":
+            continue
+        name = item.get("trap")
+        if name is None:
+            problems.append(f"{PROBES}[{i}]: trap probe {item.get('id')} names no trap (set trap: to one of the traps "
+                            f"{METADATA} declares: {declared})")
+        elif name not in keys:
+            problems.append(f"{PROBES}[{i}]: trap probe {item.get('id')} names trap {name!r}, which {METADATA} does "
+                            f"not declare (its traps: {declared})")
+    return problems
 
 
 def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
@@ -117,8 +221,9 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
     problems: list[str] = []
     if not folder.is_dir():
         raise ImportProblem(f"{folder}: not a folder")
-    raw_meta = _read_yaml(folder / METADATA, problems)
-    raw_probes = _read_yaml(folder / PROBES, problems)
+    positions: dict[str, Positions] = {}
+    raw_meta = _read_yaml(folder / METADATA, problems, positions)
+    raw_probes = _read_yaml(folder / PROBES, problems, positions)
     files = _read_app(folder / APP_DIR, problems)
     meta: ScenarioMetadata | None = None
     if raw_meta is None and (folder / METADATA).is_file() and not any(p.startswith(METADATA) for p in problems):
@@ -129,7 +234,7 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
         try:
             meta = ScenarioMetadata.model_validate(raw_meta)
         except ValidationError as exc:
-            problems += _validation_lines(METADATA, exc)
+            problems += _validation_lines(METADATA, exc, positions.get(METADATA))
     probes: list[Probe] = []
     if raw_probes is not None:
         if not isinstance(raw_probes, list):
@@ -139,7 +244,7 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
                 try:
                     probes.append(Probe.model_validate(item))
                 except ValidationError as exc:
-                    problems += _validation_lines(f"{PROBES}[{i}]", exc)
+                    problems += _validation_lines(f"{PROBES}[{i}]", exc, positions.get(PROBES), (i,))
     fix = ""
     fix_path = folder / FIX
     if fix_path.is_file():
@@ -156,6 +261,9 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
         problems.append(f"{FIX}: not a regular file")
     elif require_fix:
         problems.append(f"{FIX}: missing (the reference fix proves the scenario can be fixed)")
+    if meta is not None:
+        problems += _trap_reference_problems(meta.traps, raw_probes if isinstance(raw_probes, list) else [])
+    shadows = shadow_values(meta, files, problems) if meta is not None else ()
     if problems or meta is None:
         raise ImportProblem("\n".join(problems) or "unknown problem")
     fix_files, fix_lines = changed_lines(fix) if fix.strip() else (0, 0)
@@ -190,6 +298,7 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
         sites=tuple(meta.sites),
         traps=tuple(meta.traps),
         metrics=BundleMetrics(**metrics, score=score),
+        shadow_values=shadows,
     )
     return bundle.with_id()
 
@@ -202,6 +311,16 @@ def _prune(value: Any) -> Any:
     if isinstance(value, list):
         return [_prune(v) for v in value]
     return value
+
+
+def _user_row(user: BundleUser) -> dict[str, Any]:
+    """A user as ``scenario.yaml`` lists it: its credentials (when it has any) as written by hand,
+    without the fields left to their defaults."""
+    row = user.model_dump(mode="json")
+    if user.credentials is not None:
+        row["credentials"] = {"kind": user.credentials.kind,
+                              **user.credentials.model_dump(mode="json", exclude_defaults=True)}
+    return row
 
 
 def export_bundle_dir(bundle: Bundle, folder: str | Path) -> Path:
@@ -219,11 +338,14 @@ def export_bundle_dir(bundle: Bundle, folder: str | Path) -> Path:
         "entrypoint": bundle.entrypoint,
         "task": bundle.task,
         "policy": bundle.policy_text,
-        "users": [u.model_dump() for u in bundle.users],
+        "users": [_user_row(u) for u in bundle.users],
         "sites": [s.model_dump() for s in bundle.sites],
         "traps": [t.model_dump() for t in bundle.traps],
         "tier": bundle.tier,
     }
+    if bundle.shadow_values:  # listed as they are: the users' values are among them already
+        meta["shadow"] = {"users": False, "values": [
+            item.value if item.keep == 0 else item.model_dump() for item in bundle.shadow_values]}
     for rel, text in bundle.files.items():
         target = folder / APP_DIR / rel
         target.parent.mkdir(parents=True, exist_ok=True)

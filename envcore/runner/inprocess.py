@@ -41,10 +41,12 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any, Mapping, Sequence
 
-from envcore.runner.base import AppSource, Batch, RunReport, RunnerInfrastructureError
+from envcore.runner.actors import Actors
+from envcore.runner.base import AppSource, Batch, RunnerInfrastructureError, RunReport
+from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.execute import run_probes
-from envcore.runner.snapshot import FolderSnapshot
 from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, WouldReachApp, call_asgi, gate_app
+from envcore.runner.snapshot import FolderSnapshot
 from envcore.scenario.probes import Probe
 
 CODE_CACHE_SIZE = 1024
@@ -110,23 +112,32 @@ class _CodeCache:
 
 
 class _AppFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds the app's own modules among its files (by dotted name) and loads cached code."""
+    """Finds the app's own modules among its files (by dotted name) and loads cached code.
 
-    def __init__(self, root: Path, files: Mapping[str, str], top: str, cache: _CodeCache) -> None:
-        self.root, self.files, self.top, self.cache = root, files, top, cache
+    It owns every top-level name the app's ``.py`` files define, as running the app from its own
+    folder would (``python main.py`` or ``uvicorn main:app`` put that folder first on the path): a
+    ``main.py`` beside an ``api/`` package, flat ``import models`` imports, and folders without an
+    ``__init__.py`` (namespace packages) all import. A name the process has imported already (the
+    standard library, FastAPI) stays the installed module, as it would in a real process."""
+
+    def __init__(self, root: Path, files: Mapping[str, str], tops: frozenset[str], cache: _CodeCache) -> None:
+        self.root, self.files, self.tops, self.cache = root, files, tops, cache
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.top and not fullname.startswith(self.top + "."):
+        if fullname.partition(".")[0] not in self.tops:
             return None
         base = fullname.replace(".", "/")
         if f"{base}/__init__.py" in self.files:
             rel, package = f"{base}/__init__.py", True
         elif f"{base}.py" in self.files:
             rel, package = f"{base}.py", False
+        elif any(p.startswith(base + "/") and p.endswith(".py") for p in self.files):
+            rel, package = None, True  # a folder of modules without __init__.py: a namespace package
         else:
             return None
-        spec = importlib.util.spec_from_loader(fullname, self, origin=str(self.root / rel), is_package=package)
-        spec.has_location = True
+        origin = str(self.root / rel) if rel else None
+        spec = importlib.util.spec_from_loader(fullname, self, origin=origin, is_package=package)
+        spec.has_location = rel is not None
         if package:
             spec.submodule_search_locations = [str(self.root / base)]
         spec.loader_state = rel
@@ -137,6 +148,8 @@ class _AppFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         rel = module.__spec__.loader_state
+        if rel is None:  # a namespace package: nothing to run
+            return
         filename = str(self.root / rel)
         module.__file__ = filename
         code = self.cache.compile(self.files[rel], filename)
@@ -145,6 +158,18 @@ class _AppFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def get_source(self, fullname: str) -> str | None:  # used by linecache for tracebacks
         base = fullname.replace(".", "/")
         return self.files.get(f"{base}/__init__.py", self.files.get(f"{base}.py"))
+
+
+def top_level_names(files: Mapping[str, str]) -> frozenset[str]:
+    """The top-level module and package names the app's ``.py`` files define (``main.py`` ->
+    ``main``, ``api/notes.py`` -> ``api``); names that are not identifiers cannot be imported."""
+    names = set()
+    for path in files:
+        if path.endswith(".py"):
+            first = path.split("/", 1)[0].removesuffix(".py")
+            if first.isidentifier():
+                names.add(first)
+    return frozenset(names)
 
 
 def _short_traceback(exc: BaseException, root: Path) -> str:
@@ -180,7 +205,9 @@ def import_app(
     for name in shadowed:
         del sys.modules[name]
     before = set(sys.modules)
-    finder = _AppFinder(root, files, top, cache or _CodeCache(size=64))
+    libraries = _LibraryState.save()
+    tops = top_level_names(files) | {top}
+    finder = _AppFinder(root, files, tops, cache or _CodeCache(size=64))
     sys.meta_path.insert(0, finder)
     root_str = str(root)
     sys.path.insert(0, root_str)  # for anything the app imports that the finder does not own
@@ -196,10 +223,38 @@ def import_app(
         raise AppLoadError(_short_traceback(exc, root)) from None
     finally:
         if not keep_modules:
-            _forget_app(finder, root_str, before, top, shadowed)
+            _forget_app(finder, root_str, before, tops, shadowed)
+            libraries.restore()
 
 
-def _forget_app(finder: "_AppFinder", root_str: str, before: set[str], top: str, shadowed: dict) -> None:
+class _LibraryState:
+    """Process-wide registries of libraries apps use, which an app's import adds to and forgetting
+    its modules does not empty: SQLModel keeps every table class of every app in one
+    ``SQLModel.metadata``, so importing a second version of an app in the same process would fail
+    ("Table 'note' is already defined"). A worker imports one app in a fresh process and never
+    needs this; importing apps one after another in one process (:class:`InProcessRunner`) does."""
+
+    def __init__(self, tables: set[str] | None, classes: set[str] | None) -> None:
+        self.tables, self.classes = tables, classes
+
+    @classmethod
+    def save(cls) -> "_LibraryState":
+        registry = getattr(sys.modules.get("sqlmodel.main"), "default_registry", None)
+        if registry is None:
+            return cls(None, None)
+        return cls(set(registry.metadata.tables), set(registry._class_registry.keys()))
+
+    def restore(self) -> None:
+        registry = getattr(sys.modules.get("sqlmodel.main"), "default_registry", None)
+        if registry is None:
+            return
+        for name in set(registry.metadata.tables) - (self.tables or set()):
+            registry.metadata.remove(registry.metadata.tables[name])
+        for name in set(registry._class_registry.keys()) - (self.classes or set()):
+            registry._class_registry.pop(name, None)
+
+
+def _forget_app(finder: "_AppFinder", root_str: str, before: set[str], tops: frozenset[str], shadowed: dict) -> None:
     """Undo what importing an app did to the import system."""
     sys.meta_path.remove(finder)
     sys.path.remove(root_str)
@@ -207,7 +262,7 @@ def _forget_app(finder: "_AppFinder", root_str: str, before: set[str], top: str,
         del sys.path_importer_cache[key]
     for name in set(sys.modules) - before:
         module = sys.modules[name]
-        if name == top or name.startswith(top + ".") or str(getattr(module, "__file__", "") or "").startswith(root_str):
+        if name.partition(".")[0] in tops or str(getattr(module, "__file__", "") or "").startswith(root_str):
             del sys.modules[name]
     sys.modules.update(shadowed)
 
@@ -306,13 +361,13 @@ class InProcessRunner:
         self,
         source: AppSource,
         probes: Sequence[Probe],
-        tokens: Mapping[str, str],
+        actors: Actors,
         *,
         stop_on_failure: bool = False,
     ) -> RunReport:
-        return self.run_batches(source, [Batch(tuple(probes), None, stop_on_failure)], tokens)[0]
+        return self.run_batches(source, [Batch(tuple(probes), None, stop_on_failure)], actors)[0]
 
-    def run_batches(self, source: AppSource, batches: Sequence[Batch], tokens: Mapping[str, str]) -> list[RunReport]:
+    def run_batches(self, source: AppSource, batches: Sequence[Batch], actors: Actors) -> list[RunReport]:
         """Load once and give every batch (with ``isolate_probes``, every probe) pristine state: each
         runs in a forked child of the loaded app, and the app's folder is put back after it, except
         that one whose every request stops at its batch's gate runs here with the gate closed
@@ -328,6 +383,10 @@ class InProcessRunner:
                 root = self._workspace(source.files)
             except OSError as exc:  # workspace trouble is ours, not the app's
                 raise RunnerInfrastructureError(f"cannot prepare the app workspace: {exc}") from exc
+            try:
+                build_databases(root, source.files)
+            except DatabaseBuildError as exc:
+                raise AppLoadError(str(exc)) from None
             os.chdir(root)
             app = import_app(root, source.files, source.entrypoint, self._cache)
             endpoints = _endpoints(app)
@@ -348,13 +407,13 @@ class InProcessRunner:
                         # With the gate closed nothing reaches the app: no state can change, no fork
                         # is needed. (A lazy-fix batch usually fails on its first probe, at the gate.)
                         try:
-                            result = self._loop.run_until_complete(self._session(app, unit, tokens, closed_gate=True))
+                            result = self._loop.run_until_complete(self._session(app, unit, actors, closed_gate=True))
                         except WouldReachApp:
                             result = None
                     if result is None and last:
-                        result = self._loop.run_until_complete(self._session(app, unit, tokens))
+                        result = self._loop.run_until_complete(self._session(app, unit, actors))
                     elif result is None:
-                        result = self._forked(app, unit, tokens)
+                        result = self._forked(app, unit, actors)
                         snapshot.restore()
                     outcomes += result[0]
                     sent += result[1]
@@ -384,7 +443,7 @@ class InProcessRunner:
                 linecache.cache.pop(filename, None)
         return reports
 
-    def _forked(self, app: Any, batch: Batch, tokens: Mapping[str, str]):
+    def _forked(self, app: Any, batch: Batch, actors: Actors):
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:  # child: fresh copy of the loaded app; report back and leave without cleanup
@@ -393,7 +452,7 @@ class InProcessRunner:
                 os.close(read_fd)
                 gc.disable()  # a collection would touch (and so copy) every page shared with the parent
                 loop = asyncio.new_event_loop()  # never share the parent's selector
-                result = loop.run_until_complete(self._session(app, batch, tokens))
+                result = loop.run_until_complete(self._session(app, batch, actors))
                 payload = pickle.dumps(result)
                 with os.fdopen(write_fd, "wb") as out:
                     out.write(payload)
@@ -409,7 +468,7 @@ class InProcessRunner:
             raise RunnerInfrastructureError(f"probe batch child exited with status {status}")
         return pickle.loads(payload)
 
-    async def _session(self, app: Any, batch: Batch, tokens: Mapping[str, str], *, closed_gate: bool = False):
+    async def _session(self, app: Any, batch: Batch, actors: Actors, *, closed_gate: bool = False):
         target = app
         if batch.gate is not None:
             target = gate_app(app, batch.gate.status, batch.gate.path_patterns, closed=closed_gate)
@@ -417,5 +476,5 @@ class InProcessRunner:
         async def send(request: HttpRequest) -> HttpResponse:
             return await call_asgi(target, request)
 
-        return await run_probes(send, batch.probes, tokens, stop_on_failure=batch.stop_on_failure,
+        return await run_probes(send, batch.probes, actors, stop_on_failure=batch.stop_on_failure,
                                 app_root=str(self._root / "app-root"))
