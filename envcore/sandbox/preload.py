@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.inprocess import (
     AppLoadError,
     _AppFinder,
@@ -133,8 +134,9 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
     started = time.perf_counter()
     files: dict[str, str] = message["files"]
     try:
+        build_databases(root, files)  # trusted: the original app's own data
         template = load_template(root, files, message["entrypoint"], precompiled(Path(root), files, message.get("compiled", []), blob))
-    except AppLoadError as exc:
+    except (AppLoadError, DatabaseBuildError) as exc:
         send_frame(sock, {"type": "template", "ok": False, "error": str(exc)[:2000]})
         return
     shared = _shared_state(keep=fd)

@@ -27,8 +27,17 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, Callable
 
+from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.http import HttpRequest, Lifespan, call_asgi
-from envcore.runner.inprocess import AppLoadError, _CodeCache, _endpoint_context_cache, _endpoints, _seed_endpoint_context, import_app, materialize
+from envcore.runner.inprocess import (
+    AppLoadError,
+    _CodeCache,
+    _endpoint_context_cache,
+    _endpoints,
+    _seed_endpoint_context,
+    import_app,
+    materialize,
+)
 from envcore.sandbox import containment
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, write_all_fd
@@ -134,6 +143,11 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     files: dict[str, str] = message["files"]
     root = Path(workspace)  # the parent has written the data files here; the .py files load from memory
     code_cache = precompiled(root, files, message.get("compiled", []), blob)
+    try:  # the app's databases kept as SQL text, built here, contained, before any hook or app code
+        build_databases(root, files)
+    except DatabaseBuildError as exc:
+        write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
+        return
     freezer = containment.prepare_freeze(workspace, spawn["read_roots"])
     layers["no_new_files"] = freezer is not None
     policy = containment.install_audit_hook(workspace, limits, spawn["read_roots"])
