@@ -1,0 +1,2 @@
+# slowapi is not available here: no route applies a rate limit.
+limiter = None

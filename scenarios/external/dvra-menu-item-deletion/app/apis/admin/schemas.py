@@ -1,0 +1,5 @@
+from pydantic import BaseModel
+
+
+class DiskUsage(BaseModel):
+    output: str

@@ -1,0 +1,6 @@
+from pydantic import BaseModel
+
+
+class UserRoleUpdate(BaseModel):
+    username: str
+    role: str

@@ -1,0 +1,3 @@
+from .jwt_auth import *
+from .roles_based_auth_checker import RolesBasedAuthChecker
+from .utils import *
