@@ -59,3 +59,19 @@ def test_trap_rates_of_zero_plant_no_optional_traps():
     for seed in range(30):
         draft = draft_for(cfg, seed)
         assert set(draft.traps) <= {"second_site", "legacy_alias"}  # forced only by variants that need them
+
+
+def test_held_out_styles_file_every_scenario_written_in_them_under_their_own_split():
+    from envcore.cache import ScenarioCache
+    from envcore.factory.config import FactoryConfig
+
+    cache = ScenarioCache.open(None)
+    config = FactoryConfig(held_out_styles={"store": ["sqlite"], "auth": ["decorator"]})
+    bundles = [cache.load(i) for i in cache.ids()[:60]]
+    for bundle in bundles:
+        held_out = bundle.spec.style.store == "sqlite" or bundle.spec.style.auth == "decorator"
+        split = config.split_for(bundle)
+        assert (split == "test_styles") == held_out, (bundle.spec.style, split)
+        if not held_out:
+            assert split == config.split_of(bundle.domain)
+    assert {config.split_for(b) for b in bundles} >= {"test_styles", "train"}

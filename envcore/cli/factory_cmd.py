@@ -147,7 +147,7 @@ def _build_with_llm(args: argparse.Namespace, config: FactoryConfig, seeds: rang
     for i, seed in enumerate(seeds, 1):
         result = author.author(seed)
         if result.accepted and result.bundle is not None:
-            report.accepted.append(CacheEntry.of(result.bundle, config.split_of(result.bundle.domain)))
+            report.accepted.append(CacheEntry.of(result.bundle, config.split_for(result.bundle)))
         else:
             report.rejects.append({"seed": seed, "stage": result.stage, "reason": result.reason,
                                    "raw": (result.raw or "")[:2000]})

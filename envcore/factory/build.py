@@ -117,7 +117,7 @@ def build_seed(
 def _work(seed: int) -> tuple[CacheEntry | None, dict | None]:
     config = _WORKER["config"]
     bundle, reject = build_seed(config, seed, _WORKER["runner"], _WORKER["skip"])
-    return (CacheEntry.of(bundle, config.split_of(bundle.domain)) if bundle else None), reject
+    return (CacheEntry.of(bundle, config.split_for(bundle)) if bundle else None), reject
 
 
 def default_workers() -> int:
@@ -158,7 +158,7 @@ def build(
             with batch_gc():
                 for seed in seeds:
                     bundle, reject = build_seed(config, seed, runner, skip)
-                    collect(CacheEntry.of(bundle, config.split_of(bundle.domain)) if bundle else None, reject)
+                    collect(CacheEntry.of(bundle, config.split_for(bundle)) if bundle else None, reject)
         finally:
             runner.close()
     else:

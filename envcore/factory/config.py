@@ -60,6 +60,11 @@ class FactoryConfig(BaseModel):
         }
     )
     """Held out by domain: a domain belongs to exactly one split."""
+    held_out_styles: dict[str, list[str]] = Field(default_factory=dict)
+    """Code-style values kept out of every other split (``{store: [sqlmodel], auth: [cookie]}``): a
+    scenario drawn with any of them is filed under :attr:`held_out_split`, whatever its domain, so no
+    training scenario is written in them and evaluation there measures skill on unseen idioms."""
+    held_out_split: str = "test_styles"
 
     @model_validator(mode="after")
     def _known_names(self) -> "FactoryConfig":
@@ -78,6 +83,15 @@ class FactoryConfig(BaseModel):
                     raise ValueError(f"domain {d!r} is in both {seen[d]!r} and {split!r}: splits must be disjoint")
                 seen[d] = split
         return self
+
+    def split_for(self, bundle: Any) -> str:
+        """The split a built bundle belongs to: :attr:`held_out_split` when its code style uses a
+        held-out value, else its domain's."""
+        style = getattr(getattr(bundle, "spec", None), "style", None)
+        if style is not None and any(getattr(style, axis, None) in values
+                                     for axis, values in self.held_out_styles.items()):
+            return self.held_out_split
+        return self.split_of(bundle.domain)
 
     def split_of(self, domain: str) -> str:
         for split, domains in self.splits.items():
