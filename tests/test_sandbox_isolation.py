@@ -164,6 +164,42 @@ def test_a_patch_that_writes_its_files_earns_the_same_from_template_and_fresh_wo
     assert eager.stats["swapped"] > before["swapped"], "the template's workers served the patch"
 
 
+HOLD_THE_SEED_OPEN = """
+import os as _os
+_held = open(SEED_FILE, "r+", encoding="utf-8")  # left open at import: a template's workers share it
+"""
+
+
+def nosy_about_the_held_file(files: dict[str, str]) -> dict[str, str]:
+    """``files`` whose ``resolve_user``, on its first call in a process, checks whether an earlier
+    worker moved the offset of, or set ``O_APPEND`` on, the file the import left open (both are
+    shared by every fork of the template, not copied), answering 500 if so, and then moves and sets
+    them itself. Only a function body changes, so a template's worker swaps it in."""
+    marker = "    scheme, _, token = request.headers.get(\"authorization\", \"\").partition(\" \")\n"
+    nosy = ("    import fcntl as _fcntl\n"
+            "    _fd = _held.fileno()\n"
+            "    if not globals().get('_looked'):  # once a process: a probe's later steps see its own moves\n"
+            "        globals()['_looked'] = True\n"
+            "        if _os.lseek(_fd, 0, 1) != 0 or _fcntl.fcntl(_fd, _fcntl.F_GETFL) & _os.O_APPEND:\n"
+            "            raise RuntimeError('an earlier worker moved the shared file')\n"
+            "        _os.lseek(_fd, 7, 0)\n"
+            "        _fcntl.fcntl(_fd, _fcntl.F_SETFL, _fcntl.fcntl(_fd, _fcntl.F_GETFL) | _os.O_APPEND)\n")
+    assert files["app.py"].count(marker) == 1
+    return {**files, "app.py": files["app.py"].replace(marker, nosy + marker)}
+
+
+def test_a_file_the_import_left_open_carries_nothing_from_one_worker_to_the_next(eager, fresh_only, bundle, fixed):
+    """An app whose import opens a file of its folder (a SQLite database, say) is served by a
+    template (one import for the run); the offset and status flags its workers share are put back
+    before each one runs, so a patch cannot see what an earlier probe did to them."""
+    holding = bundle.model_copy(update={"files": with_code(bundle.files, HOLD_THE_SEED_OPEN)})
+    honest = rewards(holding, with_code(fixed, HOLD_THE_SEED_OPEN), [fresh_only], rounds=1)
+    before = dict(eager.stats)
+    assert rewards(holding, nosy_about_the_held_file(with_code(fixed, HOLD_THE_SEED_OPEN)), [eager, fresh_only],
+                   rounds=2) == honest
+    assert eager.stats["swapped"] > before["swapped"], "the template's workers served the patch"
+
+
 def test_probe_order_cannot_change_the_reward(sb, bundle, fixed, monkeypatch):
     """The grader shuffles probes with its own generator; replaying many orders gives one result."""
     verify_module = sys.modules["envcore.verifier.verify"]

@@ -346,11 +346,22 @@ def test_base_that_does_not_load_falls_back_to_fresh_workers():
             worker.wait_ready(5.0)
 
 
-def test_a_base_whose_import_leaves_a_file_open_is_not_used_as_a_template():
-    leaky = AppSource(dict(BASE_FILES, **{"tapp/store.py": STORE + "\nLOG = open(DATA)\n"}), ENTRY)
+def test_a_base_whose_import_leaves_a_file_outside_its_folder_open_is_not_used_as_a_template():
+    leaky = AppSource(dict(BASE_FILES, **{"tapp/store.py": STORE + "\nimport os as _os\nLOG = open(_os.__file__)\n"}),
+                      ENTRY)
     with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
         assert sandbox.templates.acquire(leaky) is None
         assert sandbox.templates.stats["refused"] == 1
+
+
+def test_a_base_whose_import_leaves_a_file_of_its_own_folder_open_is_a_template():
+    """A SQLite database connected to at import is the common case: the file is the template's own,
+    put back with its folder after every worker (its shared offset and flags too)."""
+    holding = AppSource(dict(BASE_FILES, **{"tapp/store.py": STORE + "\nLOG = open(DATA)\n"}), ENTRY)
+    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+        link = sandbox.templates.acquire(holding)
+        assert link is not None and sandbox.templates.stats["refused"] == 0
+        sandbox.templates.release(link)
 
 
 # -- grading through a template is grading a fresh import -----------------------------------------

@@ -70,13 +70,20 @@ def tie_to_parent(expected_parent: int) -> None:
         os._exit(70)
 
 
-def isolate_descriptors(keep: int) -> None:
+def isolate_descriptors(keep: int, *also: int) -> None:
+    """stdin, stdout and stderr to ``/dev/null``; every other descriptor closed but ``keep`` (the
+    socket to the parent) and ``also`` (a template's own database files, see
+    :mod:`envcore.sandbox.preload`)."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 16)
+    start = 3
+    for fd in sorted({keep, *also}):
+        if fd >= start:
+            os.closerange(start, fd)
+            start = fd + 1
+    os.closerange(start, 1 << 16)
 
 
 def scrub_environment(workspace: str) -> None:

@@ -28,9 +28,11 @@ to serve, and the parent loads such an app afresh for every worker.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import os
 import socket
+import stat
 import sys
 import time
 import traceback
@@ -61,6 +63,10 @@ class Template:
     loaded: hotswap.LoadedApp
     finder: _AppFinder | None
     entrypoint: str
+    held: tuple[tuple[int, int, int], ...] = ()
+    """Files of its own folder the import left open (a SQLite database the app connected to at
+    import): (descriptor, offset, status flags) as they were after the import. Its workers share
+    these open files; each puts the offset and flags back before its app runs (see :func:`rewind`)."""
 
 
 def build_routes(app: Any) -> None:
@@ -139,11 +145,13 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
     except (AppLoadError, DatabaseBuildError) as exc:
         send_frame(sock, {"type": "template", "ok": False, "error": str(exc)[:2000]})
         return
-    shared = _shared_state(keep=fd)
+    held = _held_files(root, keep=fd)
+    shared = held if isinstance(held, str) else _shared_state(keep=fd, held={h[0] for h in held})
     if shared:
         send_frame(sock, {"type": "template", "ok": False, "refused": True,
                           "error": f"the app's import left {shared}, which its workers would share"})
         return
+    template.held = tuple(held)
     gc.collect()
     gc.freeze()  # collections in workers must not touch (and so copy) the template's pages
     send_frame(sock, {
@@ -155,10 +163,43 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
     forker.serve()
 
 
-def _shared_state(keep: int) -> str | None:
+def _held_files(root: str, keep: int) -> list[tuple[int, int, int]] | str:
+    """The regular files under ``root`` this process holds open (descriptor, offset, status flags):
+    what a SQLite connection made at import leaves. The template's folder is put back after each
+    worker, so the file's content is as after the import for every worker; what an open file
+    shares between forks beyond that is its offset and its status flags, which :func:`rewind`
+    puts back. A description of the problem when one cannot be inspected."""
+    held = []
+    prefix = root.rstrip("/") + "/"
+    try:
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return "state this platform cannot inspect"
+    for descriptor in descriptors:
+        if descriptor == keep:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{descriptor}")
+            if not target.startswith(prefix) or not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                continue
+            held.append((descriptor, os.lseek(descriptor, 0, os.SEEK_CUR), fcntl.fcntl(descriptor, fcntl.F_GETFL)))
+        except OSError:
+            continue
+    return held
+
+
+def rewind(held: tuple[tuple[int, int, int], ...]) -> None:
+    """Put the template's open files' offsets and status flags back as they were after the import
+    (an earlier worker may have moved or changed them: they are shared, not copied, by a fork)."""
+    for descriptor, offset, flags in held:
+        os.lseek(descriptor, offset, os.SEEK_SET)
+        fcntl.fcntl(descriptor, fcntl.F_SETFL, flags)
+
+
+def _shared_state(keep: int, held: set[int] = frozenset()) -> str | None:
     """What this process holds that its forks would share instead of copying: a descriptor other
-    than ``keep`` (the socket to the parent) and ``/dev/null``, or a writable shared memory mapping.
-    ``None`` if nothing."""
+    than ``keep`` (the socket to the parent), ``held`` (its own files, see :func:`_held_files`) and
+    ``/dev/null``, or a writable shared memory mapping. ``None`` if nothing."""
     try:
         descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
         with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
@@ -166,7 +207,7 @@ def _shared_state(keep: int) -> str | None:
     except OSError:
         return "state this platform cannot inspect"
     for descriptor in descriptors:
-        if descriptor == keep:
+        if descriptor == keep or descriptor in held:
             continue
         try:
             target = os.readlink(f"/proc/self/fd/{descriptor}")
@@ -196,7 +237,7 @@ def template_worker_main(fd: int, template_pid: int, spawn: dict[str, Any], temp
 def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: Template) -> None:
     containment.tie_to_parent(template_pid)
     os.setsid()
-    containment.isolate_descriptors(keep=fd)
+    containment.isolate_descriptors(fd, *(held[0] for held in template.held))
     root = template.loaded.root
     limits = SandboxLimits.from_json(spawn["limits"])
     loop = asyncio.new_event_loop()  # before seccomp: its self-pipe is a socketpair
@@ -211,6 +252,7 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
 
     message, blob = read_frame_fd(fd)
     clock = [time.perf_counter()]
+    rewind(template.held)  # the previous worker has ended: its moves of the shared files are undone
     freezer = containment.prepare_freeze(root, spawn["read_roots"]) if writable else None
     layers["no_new_files"] = freezer is not None or not writable
     policy = containment.install_audit_hook(root, limits, spawn["read_roots"], writable=writable)
