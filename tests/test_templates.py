@@ -364,6 +364,27 @@ def test_a_base_whose_import_leaves_a_file_of_its_own_folder_open_is_a_template(
         sandbox.templates.release(link)
 
 
+def test_a_base_with_a_star_import_is_a_template_and_a_patch_of_that_module_loads_afresh():
+    """Real apps use ``from .models import *``; a module the swap cannot reason about is left out of
+    swapping (a patch of it loads afresh) instead of taking the template, and every grading of the
+    app, down with it."""
+    starry = dict(BASE_FILES, **{"tapp/names.py": "from .store import *  # noqa: F403\n\nLABEL = 'items'\n",
+                                 "tapp/main.py": MAIN.replace("from .store import", "from .names import LABEL\nfrom .store import")})
+    base = AppSource(starry, ENTRY)
+    with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
+        link = sandbox.templates.acquire(base)
+        assert link is not None and sandbox.templates.stats["refused"] == 0
+        body = dict(starry, **{"tapp/main.py": starry["tapp/main.py"].replace('"item": get_item(i)', '"item": get_item(i) or "none"')})
+        with sandbox.spawn(AppSource(body, ENTRY), link) as worker:
+            worker.wait_ready(5.0)
+            assert worker.swapped is True and get(worker, "/item/9").json() == {"item": "none"}
+        star_patch = dict(starry, **{"tapp/names.py": starry["tapp/names.py"].replace("'items'", "'things'")})
+        with sandbox.spawn(AppSource(star_patch, ENTRY), link) as worker:
+            worker.wait_ready(5.0)
+            assert worker.swapped is not True and get(worker, "/item/1").json() == {"item": "one"}
+        sandbox.templates.release(link)
+
+
 # -- grading through a template is grading a fresh import -----------------------------------------
 def hunk_variants(bundle):
     """The bundle's files as shipped, fully fixed, and with each hunk of the fix alone (the partial

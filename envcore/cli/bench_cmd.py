@@ -6,6 +6,7 @@ import argparse
 import os
 import platform
 import statistics
+from pathlib import Path
 
 from envcore.cli.progress import progress_bar
 from envcore.factory.build import build, default_workers
@@ -46,6 +47,10 @@ def register(groups: argparse._SubParsersAction) -> None:
     v.add_argument("--naive", type=int, default=5, help="scenarios for the naive baseline (default 5; ~2 s each)")
     v.add_argument("--throughput-s", type=float, default=10.0, help="seconds of the throughput run (default 10)")
     v.add_argument("--spares", type=int, default=2, help="spare workers the sandbox keeps ready (default 2)")
+    v.add_argument("--families", action="store_true",
+                   help="instead: verify the compact generated styles, the realistic ones (SQLAlchemy/SQLModel, "
+                   "OAuth2 + JWT, API keys, cookies, routers) and the external split side by side in one run, each "
+                   "with templates off and on: what importing such an app costs and how much templates recover")
     v.set_defaults(func=cmd_verify)
 
     e = cmds.add_parser("env", help="reset and step latency, oracle episodes per second in process and over /ws",
@@ -168,6 +173,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()}, "
           f"kernel {platform.release()}")
     print(f"isolation: {bench.ISOLATION}")
+    if args.families:
+        return verify_families(args)
     items = bench.patched_bundles(ScenarioCache.open(args.cache), args.n)
     probes = sorted(len(b.probes) for b, _ in items)
     median_probes = probes[len(probes) // 2]
@@ -231,6 +238,65 @@ def cmd_verify(args: argparse.Namespace) -> int:
     print(f"throughput, {threads} threads on {os.cpu_count()} CPUs: {rate:.1f} verifications/s "
           f"({total} in {args.throughput_s:g} s)")
     print(f"containment layers: {layers}")
+    return 0
+
+
+REALISTIC_STYLE_VALUES = {"routers", "routers_flat", "oauth2_jwt", "api_key", "cookie", "sqlalchemy", "sqlmodel"}
+"""Code-style values of the realistic family (see :class:`envcore.scenario.spec.CodeStyle`)."""
+
+
+def style_families(cache, n: int) -> dict[str, list]:
+    """Up to ``n`` reference-fixed scenarios of each family: the compact generated styles, the
+    realistic ones (any axis realistic) and the external split (``scenarios/external``)."""
+    from envcore.factory.byo import load_bundle_dir
+    from envcore.patching import apply_patch
+
+    families: dict[str, list] = {"compact": [], "realistic": []}
+    for scenario_id in cache.ids():
+        row = cache.row(scenario_id)
+        if row.get("generator", "") == "import" or cache.split_of(scenario_id) == "external":
+            continue
+        family = "realistic" if set(str(row.get("code_style", "")).split("/")) & REALISTIC_STYLE_VALUES else "compact"
+        if len(families[family]) < n:
+            bundle = cache.load(scenario_id)
+            families[family].append((bundle, apply_patch(bundle.files, bundle.reference_fix)))
+    external = Path(__file__).resolve().parents[2] / "scenarios" / "external"
+    families["external"] = []
+    for folder in sorted(external.glob("*/scenario.yaml"))[:n]:
+        bundle = load_bundle_dir(folder.parent)
+        families["external"].append((bundle, apply_patch(bundle.files, bundle.reference_fix)))
+    return {name: items for name, items in families.items() if items}
+
+
+def verify_families(args: argparse.Namespace) -> int:
+    """The families side by side: each verified with templates off (every worker imports the app)
+    and on (one import per run, patches swapped in), and what building a template (one import of
+    the original app, with its start-up work) costs."""
+    from envcore.cache import ScenarioCache
+    from envcore.sandbox import Sandbox
+    from envcore.verifier import bench
+
+    families = style_families(ScenarioCache.open(args.cache), args.n)
+    print(f"families: {', '.join(f'{name} {len(items)}' for name, items in families.items())} scenarios, "
+          f"{args.rounds} verifications each, reference fixes")
+    print(f"{'family':<10} {'templates off p50/p95 ms':>26} {'templates on p50/p95 ms':>25} {'recovered':>10} "
+          f"{'import ms':>10} {'swapped':>8}")
+    for name, items in families.items():
+        with Sandbox(spares=args.spares, templates=0) as sandbox:
+            bench.warm(sandbox, items)
+            off = bench.measure_sandbox(sandbox, items, args.rounds)
+        with Sandbox(spares=args.spares, template_spares=args.spares) as sandbox:
+            bench.warm(sandbox, items)
+            on = bench.measure_sandbox(sandbox, items, args.rounds)
+            built = dict(sandbox.templates.stats)
+        load_ms = built["build_ms"] / max(built["built"], 1)
+        swapped = len(on.swapped.samples_ms) / max(len(on.all.samples_ms), 1)
+        print(f"{name:<10} {off.all.p50:>12.0f} / {off.all.p95:<11.0f} {on.all.p50:>11.0f} / {on.all.p95:<11.0f} "
+              f"{off.all.p50 / on.all.p50:>9.2f}x {load_ms:>10.0f} {swapped:>7.0%}")
+        print(f"{'':<10} resolutions off {off.resolutions}, on {on.resolutions}; templates built {built['built']}, "
+              f"refused {built.get('refused', 0)}")
+    print("recovered: p50 with templates off / p50 with templates on; import ms: mean time to build a template "
+          "(import the original app once); swapped: verifications served by a template")
     return 0
 
 

@@ -274,6 +274,9 @@ class LoadedApp:
     """(file path, qualified name) of every app function that ran while the app was imported."""
     py_files: dict[str, str]
     """Every ``.py`` file of the original app, imported or not."""
+    unswappable: dict[str, str] = field(default_factory=dict)
+    """File path -> why a patch of that imported module can never be swapped in (a star import):
+    such a patch loads afresh."""
 
 
 def record_import_calls(root: str, into: set[tuple[str, str]]) -> Callable[[], None]:
@@ -335,7 +338,7 @@ def plan_module(app: LoadedApp, path: str, new_source: str) -> ModulePlan:
     swap would not give what a fresh import gives."""
     module = app.modules.get(path)
     if module is None:
-        raise NotSwappable(f"{path} was not imported by the original app")
+        raise NotSwappable(app.unswappable.get(path) or f"{path} was not imported by the original app")
     filename = f"{app.root.rstrip('/')}/{path}"
     new_code = _compile(new_source, filename)
     plan = ModulePlan(path)

@@ -96,11 +96,16 @@ def load_template(root: str, files: dict[str, str], entrypoint: str, cache) -> T
     build_routes(app)
     prefix = root.rstrip("/") + "/"
     modules: dict[str, hotswap.AppModule] = {}
+    unswappable: dict[str, str] = {}
     for name in set(sys.modules) - before:
         filename = str(getattr(sys.modules[name], "__file__", None) or "")
         path = filename[len(prefix):]
         if filename.startswith(prefix) and path in files:
-            modules[path] = hotswap.AppModule.index(path, name, files[path], cache.compile(files[path], filename), filename)
+            try:
+                modules[path] = hotswap.AppModule.index(path, name, files[path], cache.compile(files[path], filename),
+                                                        filename)
+            except hotswap.NotSwappable as exc:  # a patch of this module loads afresh; the others swap
+                unswappable[path] = f"{path}: {exc}"
     top = entrypoint.partition(":")[0].split(".")[0]
     loaded = hotswap.LoadedApp(
         root=root,
@@ -109,6 +114,7 @@ def load_template(root: str, files: dict[str, str], entrypoint: str, cache) -> T
         functions=hotswap.index_functions(root, gc.get_objects()),
         called_at_import=called,
         py_files={p: t for p, t in files.items() if p.endswith(".py")},
+        unswappable=unswappable,
     )
     finder = next((f for f in sys.meta_path if isinstance(f, _AppFinder)), None)
     return Template(app, loaded, finder, entrypoint)
@@ -144,6 +150,10 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
         template = load_template(root, files, message["entrypoint"], precompiled(Path(root), files, message.get("compiled", []), blob))
     except (AppLoadError, DatabaseBuildError) as exc:
         send_frame(sock, {"type": "template", "ok": False, "error": str(exc)[:2000]})
+        return
+    except Exception as exc:  # noqa: BLE001 - indexing what the import built: never a silent death
+        send_frame(sock, {"type": "template", "ok": False, "refused": True,
+                          "error": f"the original app could not be indexed ({type(exc).__name__}: {exc})"[:2000]})
         return
     held = _held_files(root, keep=fd)
     shared = held if isinstance(held, str) else _shared_state(keep=fd, held={h[0] for h in held})
