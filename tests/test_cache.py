@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -178,3 +179,27 @@ def test_adding_to_a_cache_keeps_its_entries_config_and_lineage(cache_dir, bundl
     assert len(after) == len(before) + 1 and after.load(extra.scenario_id) == extra
     assert manifest["config"] == before.manifest["config"] and manifest["generator"] == before.manifest["generator"]
     assert manifest["counts"]["total"]["scenarios"] == len(before) + 1
+
+
+def test_merge_writes_a_new_version_holding_every_scenario_in_its_split_byte_for_byte(tmp_path, capsys):
+    from envcore.cli import main
+
+    shipped = ScenarioCache.open(None)
+    first, second = shipped.ids()[:2]
+    a = tmp_path / "a"
+    write_cache(a, [(shipped.load(first), "train"), (shipped.load(second), "test")], generator="g1")
+    example = Path(__file__).resolve().parent.parent / "examples" / "byo" / "clinic-records"
+    b = tmp_path / "b"
+    assert main(["factory", "import", str(example), str(example), "--out", str(b), "--split", "external",
+                 "--runner", "inprocess"]) == 0
+    out = tmp_path / "v9"
+    assert main(["factory", "merge", str(a), str(b), "--out", str(out)]) == 0
+    merged = ScenarioCache.open(out)
+    assert len(merged) == 3 and merged.split_of(first) == "train" and merged.split_of(second) == "test"
+    assert {merged.split_of(i) for i in merged.ids()} == {"train", "test", "external"}
+    assert merged.manifest["version"] == "v9" and merged.manifest["lineage"]["parent"] == "a"
+    for scenario_id in (first, second):
+        name = f"{scenario_id}.json.gz"
+        assert (out / "bundles" / name).read_bytes() == (shipped.root / "bundles" / name).read_bytes()
+    with pytest.raises(SystemExit):
+        main(["factory", "merge", str(a), "--out", str(out)])  # never over an existing version

@@ -60,7 +60,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("import", help="import a hand-written scenario folder into a cache",
                         description="Read a scenario folder (scenario.yaml, probes.yaml, app/, fix.diff; see "
                         "docs/bundle-format.md), run the scenario check, and add it to a cache if it passes.")
-    p.add_argument("folder", type=Path, help="the scenario folder")
+    p.add_argument("folder", type=Path, nargs="+", help="the scenario folder (several: each is imported in turn)")
     p.add_argument("--out", type=Path, required=True, help="cache folder to add it to (created if missing)")
     p.add_argument("--split", default="test", help="split to file it under (default: test)")
     p.add_argument("--allow-no-fix", action="store_true", help="accept a scenario without fix.diff")
@@ -68,6 +68,16 @@ def register(groups: argparse._SubParsersAction) -> None:
                    help="where the scenario's app runs for the check: in the sandbox (default: it is code from "
                    "elsewhere) or in-process (only for code you trust)")
     p.set_defaults(func=cmd_import)
+
+    p = cmds.add_parser("merge", help="a new cache version holding every scenario of several caches",
+                        description="Write a new cache version holding every scenario of the SOURCES, each in the "
+                        "split it has there (bundle files copied byte for byte, every hash checked). The new "
+                        "version records --config as the config it was built with (what `feedback refresh` builds "
+                        "on) and its sources as its lineage.")
+    p.add_argument("sources", type=Path, nargs="+", help="cache folders, in order (a scenario in two keeps the first's split)")
+    p.add_argument("--out", type=Path, required=True, help="the new cache folder (must not exist)")
+    p.add_argument("--config", type=Path, help="factory config YAML to record (default: the last source's config)")
+    p.set_defaults(func=cmd_merge)
 
     p = cmds.add_parser("show", help="show one cached scenario",
                         description="Print a scenario's task, policy, users, probes and files. HASH may be a prefix.")
@@ -170,24 +180,51 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    try:
-        bundle = load_bundle_dir(args.folder, require_fix=not args.allow_no_fix)
-    except ImportProblem as exc:
-        print(f"cannot import {args.folder}:\n" + "\n".join(f"  - {line}" for line in str(exc).splitlines()))
-        return 1
     runner = None
     if args.runner == "sandbox":
         from envcore.sandbox import SandboxRunner
 
         runner = SandboxRunner()
+    failed = [folder for folder in args.folder if _import_one(folder, args, runner) != 0]
+    if failed and len(args.folder) > 1:
+        print(f"{len(failed)} of {len(args.folder)} folders were not imported: {', '.join(map(str, failed))}")
+    return 1 if failed else 0
+
+
+def _import_one(folder: Path, args: argparse.Namespace, runner) -> int:
+    try:
+        bundle = load_bundle_dir(folder, require_fix=not args.allow_no_fix)
+    except ImportProblem as exc:
+        print(f"cannot import {folder}:\n" + "\n".join(f"  - {line}" for line in str(exc).splitlines()))
+        return 1
     report = check_scenario(bundle, runner, fail_fast=False)
     if not report.ok:
-        print(f"{args.folder} fails the scenario check:\n" + "\n".join(f"  - {p}" for p in report.problems))
+        print(f"{folder} fails the scenario check:\n" + "\n".join(f"  - {p}" for p in report.problems))
         return 1
     add_to_cache(args.out, [(bundle, args.split)], generator="import")
     if not bundle.reference_fix:
         print("warning: no fix.diff, so nothing proves this scenario can be fixed")
     print(f"imported {bundle.scenario_id} ({bundle.title}) into {args.out} [{args.split}]")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    if args.out.exists():
+        raise SystemExit(f"error: {args.out} exists; a new cache version is written into a new folder")
+    caches = [_open(source) for source in args.sources]
+    config = (FactoryConfig.load(args.config).model_dump(mode="json") if args.config
+              else caches[-1].manifest.get("config", {}))
+    entries, seen = [], set()
+    for cache in caches:
+        for scenario_id in cache.ids():
+            if scenario_id not in seen:
+                seen.add(scenario_id)
+                entries.append(CacheEntry.of(cache.load(scenario_id), cache.split_of(scenario_id)))
+    lineage = {"parent": caches[0].root.name, "merged": [str(c.root) for c in caches]}
+    manifest = write_cache(args.out, entries, generator=caches[-1].manifest.get("generator", GENERATOR_VERSION),
+                           config=config, lineage=lineage)
+    splits = ", ".join(f"{k} {v}" for k, v in manifest["counts"]["split"].items())
+    print(f"merged {len(entries)} scenarios from {len(caches)} caches into {args.out} ({splits})")
     return 0
 
 
