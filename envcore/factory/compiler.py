@@ -12,11 +12,12 @@ from __future__ import annotations
 from envcore.factory.bugs import get_bug_class
 from envcore.factory.bugs.base import BugClass, ProbeContext, Variant
 from envcore.factory.codegen import Names, RenderedApp, render_app
+from envcore.factory.codegen.auth import user_credentials
 from envcore.factory.identities import shadow_values
 from envcore.factory.probe_plan import legitimate_use_probes
 from envcore.patching import changed_lines, make_diff
 from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser
-from envcore.scenario.spec import ScenarioSpec
+from envcore.scenario.spec import ScenarioSpec, UserSpec
 from envcore.version import GENERATOR_VERSION
 
 # Difficulty score weights: each is what one unit of the feature adds. Tier cut points were chosen so
@@ -65,6 +66,14 @@ def task_statement(spec: ScenarioSpec, bug: BugClass, variant: Variant, tier: in
     )
 
 
+def bundle_user(spec: ScenarioSpec, user: UserSpec) -> BundleUser:
+    """A seeded user as the runtime needs it, with the credentials the app's auth style accepts."""
+    token, credentials = user_credentials(spec.style.auth, user)
+    extra = {"credentials": credentials} if credentials is not None else {}
+    return BundleUser(username=user.username, role=user.role.value, tenant=user.tenant, user_id=user.user_id,
+                      token=token, **extra)
+
+
 def render_pair(spec: ScenarioSpec) -> tuple[RenderedApp, RenderedApp, Variant, BugClass]:
     bug = get_bug_class(spec.bug.bug_class)
     variant = bug.variant(spec.bug.variant)
@@ -91,7 +100,7 @@ def compile_spec(spec: ScenarioSpec) -> Bundle:
         "decoy_routes": spec.difficulty.decoy_routes,
     }
     helper_fix = any(key.startswith(("policy.", "auth.")) for key in variant.mutations)
-    score = difficulty_score(metrics, package=spec.style.layout == "package", helper_fix=helper_fix)
+    score = difficulty_score(metrics, package=spec.style.layout != "single_file", helper_fix=helper_fix)
     tier = tier_of(score)
     bundle = Bundle(
         generator=GENERATOR_VERSION,
@@ -104,10 +113,7 @@ def compile_spec(spec: ScenarioSpec) -> Bundle:
         tier=tier,
         entrypoint=vulnerable.entrypoint,
         files=vulnerable.files,
-        users=tuple(
-            BundleUser(username=u.username, role=u.role.value, tenant=u.tenant, user_id=u.user_id, token=u.token)
-            for u in spec.users
-        ),
+        users=tuple(bundle_user(spec, u) for u in spec.users),
         task=task_statement(spec, bug, variant, tier),
         policy_text=spec.policy.text,
         probes=tuple(probes),

@@ -8,25 +8,43 @@ a feedback-loop *job* is a partial config merged over it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envcore.factory.bugs import BUG_CLASSES
-from envcore.factory.codegen import FEATURES
 from envcore.factory.domains import DOMAINS
+from envcore.scenario.spec import CodeStyle
 
 
 class CodeStyleWeights(BaseModel):
-    """Relative weights of each value along each code-style axis."""
+    """Relative weights of each value along each code-style axis.
+
+    The default config draws the compact styles only; the styles written like production FastAPI
+    projects (router modules, ORM stores, ``fastapi.security`` auth) are listed with weight 0, so the
+    default builds what it always built. ``configs/realistic.yaml`` draws those instead."""
 
     model_config = ConfigDict(extra="forbid")
 
-    layout: dict[str, float] = {"single_file": 1.0, "package": 1.0}
-    auth: dict[str, float] = {"depends": 1.0, "inline": 1.0, "decorator": 1.0}
-    store: dict[str, float] = {"dict": 1.0, "sqlite": 1.0}
+    layout: dict[str, float] = {"single_file": 1.0, "package": 1.0, "routers": 0.0, "routers_flat": 0.0}
+    auth: dict[str, float] = {
+        "depends": 1.0, "inline": 1.0, "decorator": 1.0, "oauth2_jwt": 0.0, "api_key": 0.0, "cookie": 0.0,
+    }
+    store: dict[str, float] = {"dict": 1.0, "sqlite": 1.0, "sqlalchemy": 0.0, "sqlmodel": 0.0}
     id_type: dict[str, float] = {"int": 1.0, "str": 1.0}
+
+    @model_validator(mode="after")
+    def _known_values(self) -> CodeStyleWeights:
+        for axis in ("layout", "auth", "store", "id_type"):
+            known = get_args(CodeStyle.model_fields[axis].annotation)
+            weights = getattr(self, axis)
+            unknown = sorted(set(weights) - set(known))
+            if unknown:
+                raise ValueError(f"unknown {axis} values {unknown}; known: {list(known)}")
+            if not any(w > 0 for w in weights.values()):
+                raise ValueError(f"at least one {axis} value needs a positive weight")
+        return self
 
 
 class TrapRates(BaseModel):
@@ -67,7 +85,7 @@ class FactoryConfig(BaseModel):
     held_out_split: str = "test_styles"
 
     @model_validator(mode="after")
-    def _known_names(self) -> "FactoryConfig":
+    def _known_names(self) -> FactoryConfig:
         unknown = [d for d in self.domains if d not in DOMAINS]
         if unknown:
             raise ValueError(f"unknown domains {unknown}; known: {sorted(DOMAINS)}")
@@ -100,13 +118,13 @@ class FactoryConfig(BaseModel):
         return "train"
 
     @classmethod
-    def load(cls, path: str | Path | None) -> "FactoryConfig":
+    def load(cls, path: str | Path | None) -> FactoryConfig:
         if path is None:
             return cls()
         data = yaml.safe_load(Path(path).read_text()) or {}
         return cls.model_validate(data)
 
-    def merged(self, delta: dict[str, Any]) -> "FactoryConfig":
+    def merged(self, delta: dict[str, Any]) -> FactoryConfig:
         """A copy with ``delta`` (a job's config changes) deep-merged over it."""
 
         def merge(base: Any, over: Any) -> Any:

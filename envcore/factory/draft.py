@@ -13,7 +13,9 @@ import random
 import re
 
 from envcore.factory.bugs import get_bug_class
+from envcore.factory.bugs.base import site_refs
 from envcore.factory.codegen import FEATURES
+from envcore.factory.codegen.names import ORM_STORES, Names
 from envcore.factory.domains import DOMAINS
 from envcore.factory.identities import Draw
 from envcore.factory.policy import build_policy
@@ -27,8 +29,9 @@ from envcore.scenario.spec import (
     SpecDraft,
     Trap,
 )
-from envcore.factory.bugs.base import site_refs
-from envcore.factory.codegen.names import Names
+
+ORM_RESERVED = frozenset({"metadata", "registry"})
+"""Attribute names a mapped class keeps for itself (pydantic's ``model_*`` and SQLAlchemy's ``_sa_*`` too)."""
 
 
 class DraftError(ValueError):
@@ -72,6 +75,13 @@ def expand(draft: SpecDraft, seed: int, *, author: str = "template") -> Scenario
             "the second_site trap must be set exactly when the variant has two sites "
             f"({variant.name} has {len(variant.sites)})"
         )
+    if draft.style.store in ORM_STORES:
+        r = domain.resource
+        columns = [f.name for f in r.fields] + [r.owner_field, r.tenant_field or ""]
+        taken = [c for c in columns if c in ORM_RESERVED or c.startswith(("model_", "_sa_"))]
+        if taken:
+            raise DraftError(f"fields {taken} cannot be columns of an ORM model (the {draft.style.store} store "
+                             "reserves those names)")
     unknown = [d for d in draft.decoys if d not in FEATURES]
     if unknown:
         raise DraftError(f"unknown decoy routes {unknown}; known: {list(FEATURES)}")
@@ -147,7 +157,7 @@ def expand(draft: SpecDraft, seed: int, *, author: str = "template") -> Scenario
         records=tuple(records),
         files=tuple(files),
         roles={part: user.username for part, user in cast.items()},
-        policy=build_policy(domain, ordered),
+        policy=build_policy(domain, ordered, draft.style.auth),
         bug={"bug_class": bug.name, "cwe": bug.cwe, "variant": variant.name, "sites": sites},
         traps=tuple(Trap(kind=t, description=TRAP_TEXT[t]) for t in traps),
         difficulty=DifficultyFeatures(

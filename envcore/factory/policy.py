@@ -10,8 +10,16 @@ from __future__ import annotations
 from envcore.factory.codegen.names import a
 from envcore.scenario.spec import AccessPolicy, DomainSpec, PolicyRule
 
+SIGN_IN = {
+    "oauth2_jwt": "a valid access token (`POST /auth/token`, which is public, exchanges a username and password "
+                  "for one)",
+    "api_key": "a valid API key in the `X-API-Key` header",
+    "cookie": "a signed-in session (the `session_id` cookie)",
+}
+"""How the auth styles that do not take a bearer token from a sessions table say what signing in is."""
 
-def build_policy(domain: DomainSpec, features: tuple[str, ...]) -> AccessPolicy:
+
+def build_policy(domain: DomainSpec, features: tuple[str, ...], auth: str = "depends") -> AccessPolicy:
     r = domain.resource
     tenant = domain.tenant_label
     readers: tuple = ("owner", "admin") + (("tenant_manager",) if r.tenant_field else ())
@@ -43,7 +51,7 @@ def build_policy(domain: DomainSpec, features: tuple[str, ...]) -> AccessPolicy:
     add(
         PolicyRule(action="update", principals=("owner", "admin"), fields=tuple(f.name for f in r.fields)),
         f"Only the owner and administrators may update or delete {a(r.singular)}"
-        + (f"; managers may not." if r.tenant_field else ".")
+        + ("; managers may not." if r.tenant_field else ".")
         + f" Updatable fields: {', '.join(f.name for f in r.fields)}.",
     )
     add(PolicyRule(action="delete", principals=("owner", "admin")), "")
@@ -103,7 +111,7 @@ def build_policy(domain: DomainSpec, features: tuple[str, ...]) -> AccessPolicy:
             "`/auth/logout?next=` may only redirect to a path on this site.",
         )
     add(PolicyRule(action="status", principals=("authenticated",), note="default"),
-        "Every other route requires a valid bearer token; anonymous callers get 401.")
+        f"Every other route requires {SIGN_IN.get(auth, 'a valid bearer token')}; anonymous callers get 401.")
 
     roles = "user, " + (f"manager (scoped to one {tenant}), " if r.tenant_field else "") + "admin"
     lines = [f"Access policy of the {domain.service}", f"Roles: {roles}."]

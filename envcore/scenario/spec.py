@@ -115,8 +115,8 @@ class CodeStyle(_Model):
     bearer token the app looks up itself, a dict or an in-memory ``sqlite3`` store). The others write
     what production FastAPI apps look like: ``routers`` (a project of ``APIRouter`` modules with
     models, schemas, database, dependencies and ``pydantic-settings`` config, imported through the
-    ``app`` package) and ``routers_flat`` (the same modules at the top level, imported as ``import
-    models``); ``oauth2_jwt`` (``OAuth2PasswordBearer``, a password login and PyJWT tokens),
+    ``app`` package) and ``routers_flat`` (the same modules at the top level, imported flat: ``from
+    models import Note``); ``oauth2_jwt`` (``OAuth2PasswordBearer``, a password login and PyJWT tokens),
     ``api_key`` (``APIKeyHeader``) and ``cookie`` (``APIKeyCookie`` session ids); ``sqlalchemy`` (the
     SQLAlchemy 2 ORM) and ``sqlmodel`` (SQLModel tables), both on a SQLite file the app creates and
     seeds at start-up."""

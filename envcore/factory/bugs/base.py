@@ -23,8 +23,8 @@ another tenant, ``manager`` the manager of the victim's tenant (who may read, no
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from envcore.factory.codegen.names import Names
 from envcore.factory.codegen.parts import Mutation, py
@@ -90,10 +90,10 @@ def plays(part: str, *, record: bool = True) -> Callable[[Names], str]:
     when ``record`` (same or other tenant), else by role alone."""
 
     def condition(names: Names) -> str:
-        text = f'user["role"] == {py(ROLE_OF[part])}'
+        text = f'{names.attr("user", "role")} == {py(ROLE_OF[part])}'
         if record and names.tenant:
             op = "==" if part in ("attacker", "manager") else "!="
-            text += f" and record[{py(names.tenant)}] {op} user[{py(names.tenant)}]"
+            text += f" and {names.attr(names.rec, names.tenant)} {op} {names.attr('user', names.tenant)}"
         return text
 
     return condition
@@ -165,10 +165,10 @@ def inline_check(action: str) -> Mutation:
     fix an author makes in the route they were told about, leaving the shared helper as it is)."""
 
     def mutate(names: Names, secure: list[str]) -> list[str]:
-        allowed = f'user["role"] == "admin" or record[{py(names.owner)}] == user["id"]'
-        if action == "read" and names.tenant:
-            t = py(names.tenant)
-            allowed += f' or user["role"] == "manager" and record[{t}] == user[{t}]'
+        role, rec, t = names.attr("user", "role"), names.rec, names.tenant
+        allowed = f'{role} == "admin" or {names.attr(rec, names.owner)} == {names.attr("user", "id")}'
+        if action == "read" and t:
+            allowed += f' or {role} == "manager" and {names.attr(rec, t)} == {names.attr("user", t)}'
         return [f"if not ({allowed}):", *secure[1:]]
 
     return mutate
@@ -183,7 +183,7 @@ class Variant:
     """Logical sites (keys of ``SITE_ROUTES``) the bug is reachable through."""
     mutations: Mapping[str, Mutation]
     """Code-site key -> rewrite of the secure fragment."""
-    probes: Callable[["ProbeContext"], list[Probe]]
+    probes: Callable[[ProbeContext], list[Probe]]
     features: tuple[str, ...] = ()
     requires_tenant: bool = False
     subtle: bool = False
@@ -379,6 +379,25 @@ def ok(*texts: str, codes: tuple[int, ...] = (200,)) -> tuple[Fact, ...]:
     if texts:
         facts.append(BodyIncludes(texts=tuple(texts)))
     return tuple(facts)
+
+
+def identity_override(names: Names, secure: list[str], after: list[str]) -> list[str]:
+    """The identity code (code site ``auth.identity``) with ``after`` run on the user it found, in place
+    of returning that user: ``after`` refers to the found user as ``user`` and returns the caller."""
+    *head, tail = secure
+    if tail == "return user":  # the dependency styles: the user is found, checked, then returned
+        return head + after
+    if not tail.startswith("return "):
+        raise ValueError(f"the identity code does not end by returning the user: {tail!r}")
+    return head + [f"user = {tail[len('return '):]}"] + after
+
+
+def override_field(names: Names, field: str, value: str) -> list[str]:
+    """Lines (inside an ``if``) that make the request's ``user`` claim ``field = value``: a changed
+    copy of a dict row, or an ORM row taken out of the session first, so nothing is ever saved."""
+    if names.orm:
+        return ["    db.expunge(user)  # for this request only", f"    user.{field} = {value}"]
+    return [f"    user = {{**user, {py(field)}: {value}}}"]
 
 
 def replace_line(old: str, new: list[str]) -> Mutation:

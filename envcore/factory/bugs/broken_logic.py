@@ -19,21 +19,25 @@ from envcore.factory.bugs.base import (
 )
 from envcore.factory.bugs.idor_write import delete_probe, edit_probe, field_fixes
 
-ADMIN_TEST = 'if user["role"] == "admin":'
+
+def admin_test(names) -> str:
+    """The first line of the permission helpers: administrators may do anything."""
+    return f'if {names.attr("user", "role")} == "admin":'
 
 
 def _or_literal(second: str):
     def mutate(names, secure):
-        return [f'if user["role"] == "admin" or "{second}":' if line == ADMIN_TEST else line for line in secure]
+        test = admin_test(names)
+        return [f'{test[:-1]} or "{second}":' if line == test else line for line in secure]
 
     return mutate
 
 
 def _role_instead_of_owner(names, secure):
     return [
-        ADMIN_TEST,
+        admin_test(names),
         "    return True",
-        'return user["role"] in ("user", "manager", "admin")',
+        f'return {names.attr("user", "role")} in ("user", "manager", "admin")',
     ]
 
 

@@ -8,38 +8,43 @@ from managers leaves them able to act as an administrator). A role override is t
 that grants something (``admin``, and ``manager`` in multi-tenant domains).
 """
 
-from envcore.factory.bugs.base import BugClass, NarrowFix, ProbeContext, Variant, denied, plays, step
+from envcore.factory.bugs.base import (
+    BugClass,
+    NarrowFix,
+    ProbeContext,
+    Variant,
+    denied,
+    identity_override,
+    override_field,
+    plays,
+    step,
+)
 from envcore.scenario.probes import BodyExcludes
 
-RESOLVE_TAIL = "return get_user_by_token(token.strip())"
+
+def _override(lines_after):
+    """The identity code, then ``lines_after(names)`` on the user it found."""
+    return lambda names, secure: identity_override(names, secure, lines_after(names))
 
 
-def _override(lines_after: list[str]):
-    def mutate(names, secure):
-        head = [line for line in secure if line != RESOLVE_TAIL]
-        return head + ["user = get_user_by_token(token.strip())", *lines_after]
-
-    return mutate
-
-
-HEADER_USER = _override([
+HEADER_USER = _override(lambda n: [
     "# the support gateway forwards the customer's id when staff act on their behalf",
     'acting_as = request.headers.get("x-user-id")',
     "if user is not None and acting_as:",
-    "    return get_user(acting_as) or user",
+    f"    return {n.call('get_user', 'acting_as')} or user",
     "return user",
 ])
-HEADER_ROLE = _override([
+HEADER_ROLE = _override(lambda n: [
     "# role override used by the internal admin console",
     'role = request.headers.get("x-role")',
     "if user is not None and role:",
-    '    user = {**user, "role": role}',
+    *override_field(n, "role", "role"),
     "return user",
 ])
-QUERY_USER = _override([
+QUERY_USER = _override(lambda n: [
     'acting_as = request.query_params.get("as_user")',
     "if user is not None and acting_as:",
-    "    return get_user(acting_as) or user",
+    f"    return {n.call('get_user', 'acting_as')} or user",
     "return user",
 ])
 

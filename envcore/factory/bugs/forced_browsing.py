@@ -55,14 +55,16 @@ def _backup(ctx: ProbeContext):
     ]
 
 
-GET_ONLY_GUARD = [
-    'if request.method == "GET" and user["role"] != "admin":',
-    REFUSE,
-]
-POST_ONLY_GUARD = [
-    'if request.method == "POST" and user["role"] != "admin":',
-    REFUSE,
-]
+def guard_for(method: str):
+    """A check in the report handler that refuses non-administrators for one method only."""
+    def guard(names, secure):
+        return [f'if request.method == "{method}" and {names.attr("user", "role")} != "admin":', REFUSE]
+
+    return guard
+
+
+GET_ONLY_GUARD = guard_for("GET")
+POST_ONLY_GUARD = guard_for("POST")
 
 BUG = BugClass(
     name="forced_browsing",
@@ -75,11 +77,11 @@ BUG = BugClass(
                 narrow_fixes=let_through("read", lambda who: {"legacy.check": check_skipped_for(who)},
                                          "reading the record through the v1 alias")),
         Variant("verb_tampering", ("admin.report",),
-                {"admin.report": const("user"), "admin.report_guard": const(GET_ONLY_GUARD)}, _verb,
+                {"admin.report": const("user"), "admin.report_guard": GET_ONLY_GUARD}, _verb,
                 features=("report",), subtle=True, description="the admin check only covers GET",
                 narrow_fixes=role_fixes("admin.report", what="using the admin report") + (
                     NarrowFix("guards_post_only", "viewing the admin report with GET",
-                              {"admin.report": const("user"), "admin.report_guard": const(POST_ONLY_GUARD)}),
+                              {"admin.report": const("user"), "admin.report_guard": POST_ONLY_GUARD}),
                 )),
         Variant("unauthenticated_backup", ("internal.backup",), {"internal.backup": const("public")}, _backup,
                 features=("backup",), description="the internal backup route needs no login at all",

@@ -13,15 +13,15 @@ from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, check_ski
 
 def _check_logged(names, secure):
     return [
-        "if not can_read(user, record):",
-        f'    logger.warning("user %s opened {names.s} %s they do not own", user["id"], {names.id})',
+        f"if not can_read(user, {names.rec}):",
+        f'    logger.warning("user %s opened {names.s} %s they do not own", {names.attr("user", "id")}, {names.id})',
     ]
 
 
 def _check_swallowed(names, secure):
     return [
         "try:",
-        "    if not can_read(user, record):",
+        f"    if not can_read(user, {names.rec}):",
         f'        raise PermissionError("not allowed to view this {names.s}")',
         "except PermissionError:",
         '    logger.info("ownership check failed; serving the read-only view")',

@@ -18,9 +18,10 @@ from envcore.factory.bugs.base import (
 
 
 def _update_logged(names, secure):
+    who = names.attr("user", "id")
     return [
-        "if not can_modify(user, record):",
-        f'    logger.warning("user %s edits {names.s} %s owned by someone else", user["id"], {names.id})',
+        f"if not can_modify(user, {names.rec}):",
+        f'    logger.warning("user %s edits {names.s} %s owned by someone else", {who}, {names.id})',
     ]
 
 

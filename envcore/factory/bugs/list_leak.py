@@ -7,13 +7,30 @@ see every tenant), and the ``owner=`` filter whoever sends it.
 """
 
 from envcore.factory.bugs.base import BugClass, ProbeContext, Variant, let_through, step
+from envcore.factory.codegen.parts import py
 from envcore.scenario.probes import BodyExcludes
 
 OWNER_TEST = "if owner is not None:"
 
 
+def scoped_records(names, scope: str | None) -> str:
+    """The line a listing loads its records with: every record, or those ``scope`` admits (store
+    filters as keyword arguments, or an ORM ``where`` clause)."""
+    if names.orm:
+        return names.records_query(*([scope] if scope else []))
+    return f"records = {names.list}(**{scope})" if scope else f"records = {names.list}()"
+
+
+def scope_filter(names, kind: str, value: str) -> str:
+    """A scope that admits the records of one owner (``kind="owner"``) or one tenant."""
+    if names.orm:
+        column = names.owner if kind == "owner" else names.tenant
+        return f"{names.model}.{column} == {value}"
+    return f"{{{py(kind)}: {value}}}"
+
+
 def _list_unfiltered(names, secure):
-    return [], [f"records = {names.list}()", "return [present(user, r) for r in records]"]
+    return [], [scoped_records(names, None), names.present_records]
 
 
 def _list_owner_param(names, secure):
@@ -22,13 +39,15 @@ def _list_owner_param(names, secure):
         "scope = visible_scope(user)",
         OWNER_TEST,
         "    # lets the web client show a colleague's board",
-        f'    scope = {{"owner": {cast}}}',
-        f"records = {names.list}(**scope)",
-        "return [present(user, r) for r in records]",
+        f"    scope = {scope_filter(names, 'owner', cast)}",
+        scoped_records(names, "scope"),
+        names.present_records,
     ]
 
 
 def _search_unfiltered(names, secure):
+    if names.orm:
+        return [names.records_query(f"{names.model}.{names.title}.icontains(q)"), names.present_records]
     return [f"records = {names.search}(q)", "return [present(user, r) for r in records]"]
 
 
@@ -66,6 +85,8 @@ def _unscoped_for(condition):
     """The caller's scope, dropped for callers matching ``condition``."""
 
     def widen(names, line: str) -> str:
+        if names.orm:  # the where clause: no filter at all for them
+            return line.replace("visible_scope(user)", f"true() if {condition(names)} else visible_scope(user)")
         return line.replace("**visible_scope(user)", f"**({{}} if {condition(names)} else visible_scope(user))")
 
     def mutate(names, secure):

@@ -42,7 +42,7 @@ def _create_owner_field(names, secure):
 
 
 def _create_owner_default(names, secure):
-    return [f"if values.get({py(names.owner)}) is None:", f'    values[{py(names.owner)}] = user["id"]']
+    return [f"if values.get({py(names.owner)}) is None:", f'    values[{py(names.owner)}] = {names.attr("user", "id")}']
 
 
 def _escalation(ctx: ProbeContext):

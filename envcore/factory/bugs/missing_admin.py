@@ -47,7 +47,7 @@ def _probes(*sites: str):
 
 def guard_lets_through(condition):
     """A check in the handler that refuses non-administrators, except callers matching ``condition``."""
-    return lambda names, secure: [f'if user["role"] != "admin" and not ({condition(names)}):', REFUSE]
+    return lambda names, secure: [f'if {names.attr("user", "role")} != "admin" and not ({condition(names)}):', REFUSE]
 
 
 USER = const("user")

@@ -47,7 +47,7 @@ def _slash_prefix(names, secure):
 
 def _host_prefix(names, secure):
     return [
-        'if next.startswith(("http://", "https://")) and not next.startswith("https://" + APP_HOST):',
+        f'if next.startswith(("http://", "https://")) and not next.startswith("https://" + {names.cfg("APP_HOST")}):',
         '    next = "/"',
     ]
 
@@ -79,7 +79,7 @@ def _one_spelling_open(test: str):
 
     def mutate(names, secure):
         head, *rest = secure
-        return [f"if not ({test}) and ({head[3:-1]}):", *rest]
+        return [f"if not ({test.replace('APP_HOST', names.cfg('APP_HOST'))}) and ({head[3:-1]}):", *rest]
 
     return mutate
 

@@ -15,11 +15,14 @@ from envcore.scenario.probes import BodyExcludes, StatusIn
 
 REFUSED = (400, 403, 404, 422)
 
-NAIVE = [
-    'target = os.path.join(UPLOAD_DIR, str(user["id"]), name)',
-    "if not os.path.isfile(target):",
-    '    raise HTTPException(status_code=404, detail="file not found")',
-]
+def naive(names) -> list[str]:
+    """The download check of a naive author: join the name to the caller's folder, see that it exists."""
+    return [
+        f'target = os.path.join({names.cfg("UPLOAD_DIR")}, str({names.attr("user", "id")}), name)',
+        "if not os.path.isfile(target):",
+        '    raise HTTPException(status_code=404, detail="file not found")',
+    ]
+
 
 CLIMBS: dict[str, tuple[str, str]] = {
     "dot_dot": ("../", 'name.startswith("../")'),
@@ -32,18 +35,18 @@ ABSOLUTE = (APP_ROOT + "/", 'name.startswith("/")')
 
 
 def _naive(names, secure):
-    return list(NAIVE)
+    return naive(names)
 
 
 def _strip_once(names, secure):
-    return ['name = name.replace("../", "")  # no climbing out of the folder', *NAIVE]
+    return ['name = name.replace("../", "")  # no climbing out of the folder', *naive(names)]
 
 
 def _extension(names, secure):
     return [
         'if not name.endswith(".txt"):',
         '    raise HTTPException(status_code=400, detail="only text files can be downloaded")',
-        *NAIVE,
+        *naive(names),
     ]
 
 

@@ -5,6 +5,10 @@ username and display name only, so email, role, the credentials and the tenant a
 fix that strips the password hash and API key still leaks the rest); a share link shows the record's
 id and its non-sensitive fields only, so the sensitive fields, the owner, the tenant and the share
 code are.
+
+In the ORM styles the routes serialise rows through their ``response_model``, which is what keeps
+the private fields out, so there the flaw is the wrong schema (the whole stored row's) and a narrow
+fix hands back its own selection of fields.
 """
 
 from envcore.factory.bugs.base import BugClass, NarrowFix, ProbeContext, Variant, step
@@ -26,14 +30,20 @@ def shared_private(names) -> tuple[str, ...]:
 
 
 def _directory_full(names, secure):
+    if names.orm:  # (response model, body): the whole account row's schema
+        return "list[UserRecord]", secure[1]
     return ["return all_users()"]
 
 
 def _person_full(names, secure):
+    if names.orm:
+        return "UserRecord", secure[1]
     return ["return person"]
 
 
 def _shared_full(names, secure):
+    if names.orm:
+        return f"{names.model}Record", secure[1]
     return ["return record"]
 
 
@@ -78,10 +88,17 @@ def _directory_with(column):
     """The directory routes, showing ``column(names)`` besides the directory fields."""
 
     def listing(names, secure):
-        return [f"return [{{k: u[k] for k in {py((*DIRECTORY_FIELDS, column(names)))}}} for u in all_users()]"]
+        keys = py((*DIRECTORY_FIELDS, column(names)))
+        if names.orm:
+            everyone = names.rows("select(User).order_by(User.id)")
+            return None, [f"return [{{k: getattr(u, k) for k in {keys}}} for u in {everyone}]"]
+        return [f"return [{{k: u[k] for k in {keys}}} for u in all_users()]"]
 
     def person(names, secure):
-        return [f"return {{k: person[k] for k in {py((*DIRECTORY_FIELDS, column(names)))}}}"]
+        keys = py((*DIRECTORY_FIELDS, column(names)))
+        if names.orm:
+            return None, [f"return {{k: getattr(person, k) for k in {keys}}}"]
+        return [f"return {{k: person[k] for k in {keys}}}"]
 
     return {"directory.list": listing, "directory.detail": person}
 
@@ -105,10 +122,17 @@ def _shared_fixes():
         ("tenant", lambda n: n.tenant, ("tenant",)),
         ("share_code", lambda n: "share_code", ()),
     ]
+    def shows(key):
+        def mutate(n, secure):
+            if n.orm:
+                return None, [f"return {{k: getattr({n.rec}, k) for k in (*SHARED_FIELDS, {py(key(n))})}}"]
+            return [f"return {{k: record[k] for k in (*SHARED_FIELDS, {py(key(n))})}}"]
+
+        return mutate
+
     return tuple(
         NarrowFix(f"shows_{name}", f"reading the {name.replace('_', ' ')} of a shared record without signing in",
-                  {"shared.fields": lambda n, s, key=key: [f"return {{k: record[k] for k in (*SHARED_FIELDS, {py(key(n))})}}"]},
-                  needs)
+                  {"shared.fields": shows(key)}, needs)
         for name, key, needs in keys
     )
 

@@ -8,39 +8,47 @@ listing, search, the detail route, the v1 alias, and on creating a record, which
 under the tenant the caller claims.
 """
 
-from envcore.factory.bugs.base import BugClass, NarrowFix, ProbeContext, Variant, denied, inline_check, step
+from envcore.factory.bugs.base import (
+    BugClass,
+    NarrowFix,
+    ProbeContext,
+    Variant,
+    denied,
+    identity_override,
+    inline_check,
+    override_field,
+    step,
+)
 from envcore.factory.bugs.client_identity import route_fixes
-from envcore.factory.codegen.parts import py
+from envcore.factory.bugs.list_leak import scope_filter, scoped_records
 from envcore.scenario.probes import BodyExcludes, StatusIn
 
 
 def _manager_any_tenant(names, secure):
-    strict = f'if user["role"] == "manager" and record[{py(names.tenant)}] == user[{py(names.tenant)}]:'
-    return ['if user["role"] == "manager":' if line == strict else line for line in secure]
+    role, t = names.attr("user", "role"), names.tenant
+    strict = f'if {role} == "manager" and {names.attr(names.rec, t)} == {names.attr("user", t)}:'
+    return [f'if {role} == "manager":' if line == strict else line for line in secure]
 
 
 def _tenant_param(names, secure):
     t = names.tenant
     return [f"{t}: str | None = None"], [
         "scope = visible_scope(user)",
-        f'if {t} is not None and user["role"] == "manager":',
+        f'if {t} is not None and {names.attr("user", "role")} == "manager":',
         "    # managers can switch between the workspaces they see in the UI",
-        f'    scope = {{"tenant": {t}}}',
-        f"records = {names.list}(**scope)",
-        "return [present(user, r) for r in records]",
+        f"    scope = {scope_filter(names, 'tenant', t)}",
+        scoped_records(names, "scope"),
+        names.present_records,
     ]
 
 
 def _tenant_header(names, secure):
-    tail = "return get_user_by_token(token.strip())"
-    head = [line for line in secure if line != tail]
-    return head + [
-        "user = get_user_by_token(token.strip())",
+    return identity_override(names, secure, [
         'switch_to = request.headers.get("x-tenant-id")',
         "if user is not None and switch_to:",
-        f"    user = {{**user, {py(names.tenant)}: switch_to}}",
+        *override_field(names, names.tenant, "switch_to"),
         "return user",
-    ]
+    ])
 
 
 def _rival_reads(ctx: ProbeContext, **request) -> list:

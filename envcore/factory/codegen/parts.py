@@ -10,11 +10,12 @@ as the bug and touches nothing else.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from envcore.factory.codegen.names import PY_TYPES, SQL_TYPES, Names, a
-from envcore.scenario.spec import ScenarioSpec
+from envcore.scenario.spec import ScenarioSpec, UserSpec
 
 Mutation = Callable[[Names, Any], Any]
 
@@ -55,6 +56,8 @@ class Route:
     status_code: int | None = None
     needs_request: bool = False
     doc: str = ""
+    response_model: str | None = None
+    """The ``response_model`` of the route (the ORM styles serialise rows through schemas)."""
 
 
 @dataclass
@@ -136,6 +139,8 @@ def _user_rows(spec: ScenarioSpec, names: Names) -> list[dict[str, Any]]:
             "password_hash": u.password_hash,
             "api_key": u.api_key,
         }
+        if names.auth == "oauth2_jwt":  # a sign-in password, hashed when the app seeds its store
+            row = {k: v for k, v in row.items() if k != "password_hash"} | {"password": login_password(u)}
         if names.tenant:
             row[names.tenant] = u.tenant
         rows.append(row)
@@ -156,13 +161,30 @@ def _record_rows(spec: ScenarioSpec, names: Names) -> list[dict[str, Any]]:
     return rows
 
 
+def login_password(user: UserSpec) -> str:
+    """The password a user signs in with where the app has a password login: the user's token, so
+    that grading, which gives every user a fresh token, gives them a fresh password with it."""
+    return user.token
+
+
+def credential_of(user: UserSpec, auth: str) -> str:
+    """What a request carries to prove it comes from ``user``: its API key for ``api_key``, its
+    password for ``oauth2_jwt`` (exchanged for a token at the login route), else its session token."""
+    return user.api_key if auth == "api_key" else user.token
+
+
+def keeps_sessions(auth: str) -> bool:
+    """Whether the store keeps a ``sessions`` table of tokens (every style but the API key on the user
+    row and the signed JWT, which need none)."""
+    return auth not in ("api_key", "oauth2_jwt")
+
+
 def seed_json(spec: ScenarioSpec, names: Names) -> str:
     """The seeded users, sessions and records, as the ``data/seed.json`` file the store loads."""
-    tables = {
-        "users": _user_rows(spec, names),
-        "sessions": [{"token": u.token, "user_id": _id_literal(names, u.user_id)} for u in spec.users],
-        names.p: _record_rows(spec, names),
-    }
+    tables = {"users": _user_rows(spec, names)}
+    if keeps_sessions(names.auth):
+        tables["sessions"] = [{"token": u.token, "user_id": _id_literal(names, u.user_id)} for u in spec.users]
+    tables[names.p] = _record_rows(spec, names)
     # One row per line: readable, diff-friendly, and written by the C encoder (indent= is pure Python).
     blocks = []
     for table, rows in tables.items():
@@ -175,13 +197,22 @@ def store_lines(spec: ScenarioSpec, names: Names) -> tuple[list[str], list[str]]
     """Store code. Seed data lives in ``data/seed.json`` (see :func:`seed_json`), so the code of two
     scenarios with the same structure is identical and only their data differs."""
     exports = [
-        "get_user_by_token", "get_user", "all_users", "update_user",
+        *credential_lookups(names.auth), "get_user", "all_users", "update_user",
         names.get, names.list, names.search, names.create, names.update, names.delete, names.shared,
     ]
     user_cols = USER_COLUMNS + ((names.tenant,) if names.tenant else ())
     if spec.style.store == "dict":
         return _dict_store(names, user_cols), exports
     return _sqlite_store(spec, names, user_cols), exports
+
+
+def credential_lookups(auth: str) -> tuple[str, ...]:
+    """The store functions that find the user behind a credential, per auth style."""
+    if auth == "api_key":
+        return ("get_user_by_api_key",)
+    if auth == "oauth2_jwt":
+        return ("get_user_by_username",)
+    return ("get_user_by_token",)
 
 
 def _key_fn(names: Names) -> list[str]:
@@ -199,11 +230,12 @@ def _key_fn(names: Names) -> list[str]:
 def _dict_store(names: Names, user_cols) -> list[str]:
     n = names
     lines = [
-        'SEED = json.loads(SEED_FILE.read_text(encoding="utf-8"))',
+        f'SEED = json.loads({n.cfg("SEED_FILE")}.read_text(encoding="utf-8"))',
         'USERS = {u["id"]: u for u in SEED["users"]}',
-        'SESSIONS = {s["token"]: s["user_id"] for s in SEED["sessions"]}',
+        *(['SESSIONS = {s["token"]: s["user_id"] for s in SEED["sessions"]}'] if keeps_sessions(n.auth) else []),
         f'{n.table} = {{r["id"]: r for r in SEED[{py(n.p)}]}}',
         f"USER_COLUMNS = {py(user_cols)}",
+        *_hash_seed_passwords(n, "USERS.values()"),
         "",
         "",
     ]
@@ -214,12 +246,26 @@ def _dict_store(names: Names, user_cols) -> list[str]:
     else:
         lines += ["", "", "_next_id = itertools.count(1)"]
         new_id = f'f"{n.s[:3]}_new{{next(_next_id):04d}}"'
+    if n.auth == "api_key":
+        lookup = [
+            "def get_user_by_api_key(api_key):",
+            "    return next((u for u in USERS.values() if api_key and u[\"api_key\"] == api_key), None)",
+        ]
+    elif n.auth == "oauth2_jwt":
+        lookup = [
+            "def get_user_by_username(username):",
+            "    return next((u for u in USERS.values() if u[\"username\"] == username), None)",
+        ]
+    else:
+        lookup = [
+            "def get_user_by_token(token):",
+            "    user_id = SESSIONS.get(token)",
+            "    return USERS.get(user_id) if user_id is not None else None",
+        ]
     lines += [
         "",
         "",
-        "def get_user_by_token(token):",
-        "    user_id = SESSIONS.get(token)",
-        "    return USERS.get(user_id) if user_id is not None else None",
+        *lookup,
         "",
         "",
         "def get_user(user_id):",
@@ -278,6 +324,33 @@ def _dict_store(names: Names, user_cols) -> list[str]:
     return lines
 
 
+def _hash_seed_passwords(names: Names, accounts: str) -> list[str]:
+    """With a password login, the seeded passwords are stored hashed (as signing up stores them)."""
+    if names.auth != "oauth2_jwt":
+        return []
+    return [
+        f"for account in {accounts}:  # the seed holds passwords; the store keeps their hashes",
+        '    account["password_hash"] = hash_password(account.pop("password"))',
+    ]
+
+
+def _sqlite_lookup(names: Names) -> list[str]:
+    if names.auth == "api_key":
+        return [
+            "def get_user_by_api_key(api_key):",
+            '    return _one("SELECT * FROM users WHERE api_key = ?", (api_key,)) if api_key else None',
+        ]
+    if names.auth == "oauth2_jwt":
+        return [
+            "def get_user_by_username(username):",
+            '    return _one("SELECT * FROM users WHERE username = ?", (username,))',
+        ]
+    return [
+        "def get_user_by_token(token):",
+        '    return _one("SELECT users.* FROM users JOIN sessions ON sessions.user_id = users.id WHERE sessions.token = ?", (token,))',
+    ]
+
+
 def _sqlite_store(spec: ScenarioSpec, names: Names, user_cols) -> list[str]:
     n = names
     id_sql = "INTEGER" if n.id_type == "int" else "TEXT"
@@ -294,7 +367,8 @@ def _sqlite_store(spec: ScenarioSpec, names: Names, user_cols) -> list[str]:
         "_db.row_factory = sqlite3.Row",
         "_db.executescript(",
         f'    "CREATE TABLE users ({", ".join(user_defs)});"',
-        f'    "CREATE TABLE sessions (token TEXT PRIMARY KEY, user_id {id_sql} NOT NULL);"',
+        *([f'    "CREATE TABLE sessions (token TEXT PRIMARY KEY, user_id {id_sql} NOT NULL);"']
+          if keeps_sessions(n.auth) else []),
         f'    "CREATE TABLE {n.p} ({", ".join(rec_defs)});"',
         ")",
         f"USER_COLUMNS = {py(user_cols)}",
@@ -302,10 +376,11 @@ def _sqlite_store(spec: ScenarioSpec, names: Names, user_cols) -> list[str]:
         "",
         "",
         "def _load_seed():",
-        '    seed = json.loads(SEED_FILE.read_text(encoding="utf-8"))',
+        f'    seed = json.loads({n.cfg("SEED_FILE")}.read_text(encoding="utf-8"))',
+        *[f"    {line}" for line in _hash_seed_passwords(n, 'seed["users"]')],
         "    for table, columns, rows in (",
         '        ("users", USER_COLUMNS, seed["users"]),',
-        '        ("sessions", ("token", "user_id"), seed["sessions"]),',
+        *(['        ("sessions", ("token", "user_id"), seed["sessions"]),'] if keeps_sessions(n.auth) else []),
         f'        ({py(n.p)}, {n.table}_COLUMNS, seed[{py(n.p)}]),',
         "    ):",
         '        placeholders = ", ".join("?" * len(columns))',
@@ -338,8 +413,7 @@ def _sqlite_store(spec: ScenarioSpec, names: Names, user_cols) -> list[str]:
         "    return [dict(row) for row in _db.execute(sql, args).fetchall()]",
         "",
         "",
-        "def get_user_by_token(token):",
-        '    return _one("SELECT users.* FROM users JOIN sessions ON sessions.user_id = users.id WHERE sessions.token = ?", (token,))',
+        *_sqlite_lookup(n),
         "",
         "",
         "def get_user(user_id):",
@@ -451,6 +525,17 @@ def schema_lines(spec: ScenarioSpec, names: Names, sites: Sites, with_profile: b
 
 
 def security_lines(spec: ScenarioSpec, names: Names, sites: Sites) -> tuple[list[str], list[str]]:
+    """Identity resolution, the auth style's helpers and the permission helpers of the compact auth
+    styles (a bearer token the app looks up itself), for dict rows and for ORM rows alike."""
+    lines, exports = identity_lines(names, sites)
+    policy, policy_exports = policy_lines(names, sites)
+    return lines + ["", ""] + policy, exports + ["logger", "resolve_user", *policy_exports]
+
+
+def identity_lines(names: Names, sites: Sites) -> tuple[list[str], list[str]]:
+    """``resolve_user`` (code site ``auth.identity``) and the helpers handlers obtain ``user`` with:
+    a ``Depends`` dependency, an inline call, or a decorator. ORM rows come from the request's
+    database session, so every helper takes or receives ``db``."""
     n = names
     resolve_body = sites(
         "auth.identity",
@@ -458,59 +543,66 @@ def security_lines(spec: ScenarioSpec, names: Names, sites: Sites) -> tuple[list
             'scheme, _, token = request.headers.get("authorization", "").partition(" ")',
             'if scheme.lower() != "bearer" or not token:',
             "    return None",
-            "return get_user_by_token(token.strip())",
+            f"return {n.call('get_user_by_token', 'token.strip()')}",
         ],
     )
     lines = [
-        "def resolve_user(request: Request):",
+        f"def resolve_user(request: Request{', db: Session' if n.orm else ''}):",
         '    """Return the user that owns the request\'s bearer token, or None."""',
         *[f"    {line}" for line in resolve_body],
         "",
         "",
     ]
-    style = spec.style.auth
+    style = n.auth
+    is_admin = f'{n.attr("user", "role")} != "admin"'
+    t = n.user_class
+    # ORM sessions are synchronous, so their helpers are plain functions (FastAPI runs them in its
+    # thread pool); the compact stores keep the coroutines they always had.
+    fn = "def" if n.orm else "async def"
     if style == "depends":
         lines += [
-            "async def current_user(request: Request) -> dict:",
-            "    user = resolve_user(request)",
+            f"{fn} current_user(request: Request{', db: Session = Depends(get_db)' if n.orm else ''}) -> {t}:",
+            f"    user = resolve_user(request{', db' if n.orm else ''})",
             "    if user is None:",
             '        raise HTTPException(status_code=401, detail="authentication required")',
             "    return user",
             "",
             "",
-            "async def require_admin(user: dict = Depends(current_user)) -> dict:",
-            '    if user["role"] != "admin":',
+            f"{fn} require_admin(user: {t} = Depends(current_user)) -> {t}:",
+            f"    if {is_admin}:",
             '        raise HTTPException(status_code=403, detail="administrators only")',
             "    return user",
         ]
         exports = ["current_user", "require_admin"]
     elif style == "inline":
         lines += [
-            "def authenticate(request: Request) -> dict:",
-            "    user = resolve_user(request)",
+            f"def authenticate(request: Request{', db: Session' if n.orm else ''}) -> {t}:",
+            f"    user = resolve_user(request{', db' if n.orm else ''})",
             "    if user is None:",
             '        raise HTTPException(status_code=401, detail="authentication required")',
             "    return user",
             "",
             "",
-            "def ensure_admin(user: dict) -> None:",
-            '    if user["role"] != "admin":',
+            f"def ensure_admin(user: {t}) -> None:",
+            f"    if {is_admin}:",
             '        raise HTTPException(status_code=403, detail="administrators only")',
         ]
         exports = ["authenticate", "ensure_admin"]
     else:
+        call = "handler(*args, **kwargs)" if n.orm else "await handler(*args, **kwargs)"
+        resolve = 'resolve_user(request, kwargs["db"])' if n.orm else "resolve_user(request)"
         lines += [
             "def login_required(handler):",
             '    """Authenticate the caller and put the user on request.state."""',
             "",
             "    @functools.wraps(handler)",
-            "    async def wrapper(*args, **kwargs):",
+            f"    {fn} wrapper(*args, **kwargs):",
             '        request = kwargs["request"]',
-            "        user = resolve_user(request)",
+            f"        user = {resolve}",
             "        if user is None:",
             '            raise HTTPException(status_code=401, detail="authentication required")',
             "        request.state.user = user",
-            "        return await handler(*args, **kwargs)",
+            f"        return {call}",
             "",
             "    return wrapper",
             "",
@@ -519,56 +611,83 @@ def security_lines(spec: ScenarioSpec, names: Names, sites: Sites) -> tuple[list
             '    """Like login_required, and the caller must be an administrator."""',
             "",
             "    @functools.wraps(handler)",
-            "    async def wrapper(*args, **kwargs):",
+            f"    {fn} wrapper(*args, **kwargs):",
             '        request = kwargs["request"]',
-            "        user = resolve_user(request)",
+            f"        user = {resolve}",
             "        if user is None:",
             '            raise HTTPException(status_code=401, detail="authentication required")',
-            '        if user["role"] != "admin":',
+            f"        if {is_admin}:",
             '            raise HTTPException(status_code=403, detail="administrators only")',
             "        request.state.user = user",
-            "        return await handler(*args, **kwargs)",
+            f"        return {call}",
             "",
             "    return wrapper",
         ]
         exports = ["login_required", "admin_required"]
+    return lines, exports
 
-    read_body = ['if user["role"] == "admin":', "    return True"]
+
+def policy_lines(names: Names, sites: Sites) -> tuple[list[str], list[str]]:
+    """The permission helpers every handler asks (code sites ``policy.*``): who may read or change a
+    record, the scope of a listing (store filters, or an ORM ``where`` clause), and the view of a
+    record that hides its sensitive fields."""
+    n = names
+    role, rec = n.attr("user", "role"), n.rec
+    owner_test = f"{n.attr(rec, n.owner)} == {n.attr('user', 'id')}"
+    read_body = [f'if {role} == "admin":', "    return True"]
     if n.tenant:
         read_body += [
-            f'if user["role"] == "manager" and record[{py(n.tenant)}] == user[{py(n.tenant)}]:',
+            f'if {role} == "manager" and {n.attr(rec, n.tenant)} == {n.attr("user", n.tenant)}:',
             "    return True",
         ]
-    read_body += [f"return record[{py(n.owner)}] == user[\"id\"]"]
-    modify_body = ['if user["role"] == "admin":', "    return True", f"return record[{py(n.owner)}] == user[\"id\"]"]
-    scope_body = ['if user["role"] == "admin":', "    return {}"]
-    if n.tenant:
-        scope_body += ['if user["role"] == "manager":', f'    return {{"tenant": user[{py(n.tenant)}]}}']
-    scope_body += ['return {"owner": user["id"]}']
+    read_body += [f"return {owner_test}"]
+    modify_body = [f'if {role} == "admin":', "    return True", f"return {owner_test}"]
+    if n.orm:
+        scope_body = [f'if {role} == "admin":', "    return true()"]
+        if n.tenant:
+            scope_body += [f'if {role} == "manager":', f"    return {n.model}.{n.tenant} == user.{n.tenant}"]
+        scope_body += [f"return {n.model}.{n.owner} == user.id"]
+        scope_type = "ColumnElement[bool]"
+        scope_doc = f"The filter that limits queries to the {n.p} the caller may see."
+        present_body = [
+            f"view = {n.model}Read.model_validate({rec})",
+            f'if {role} == "admin" or {owner_test}:',
+            "    return view",
+            "return view.model_copy(update=dict.fromkeys(SENSITIVE_FIELDS))",
+        ]
+        types = (f"user: User, {rec}: {n.model}", f"{n.model}Read")
+    else:
+        scope_body = ['if user["role"] == "admin":', "    return {}"]
+        if n.tenant:
+            scope_body += ['if user["role"] == "manager":', f'    return {{"tenant": user[{py(n.tenant)}]}}']
+        scope_body += ['return {"owner": user["id"]}']
+        scope_type = "dict"
+        scope_doc = f"Store filters that limit listings to the {n.p} the caller may see."
+        present_body = [
+            f'if user["role"] == "admin" or record[{py(n.owner)}] == user["id"]:',
+            "    return dict(record)",
+            "return {k: v for k, v in record.items() if k not in SENSITIVE_FIELDS}",
+        ]
+        types = ("user: dict, record: dict", "dict")
     who = "owner and administrators" + (f", and managers of the same {n.tenant[:-3]}" if n.tenant else "")
-    lines += [
-        "",
-        "",
-        "def can_read(user: dict, record: dict) -> bool:",
+    lines = [
+        f"def can_read({types[0]}) -> bool:",
         f'    """Readers of {a(n.s)}: its {who}."""',
         *[f"    {line}" for line in sites("policy.can_read", read_body)],
         "",
         "",
-        "def can_modify(user: dict, record: dict) -> bool:",
+        f"def can_modify({types[0]}) -> bool:",
         f'    """Only the owner of {a(n.s)} and administrators may change or delete it."""',
         *[f"    {line}" for line in sites("policy.can_modify", modify_body)],
         "",
         "",
-        "def visible_scope(user: dict) -> dict:",
-        f'    """Store filters that limit listings to the {n.p} the caller may see."""',
+        f"def visible_scope(user: {n.user_class}) -> {scope_type}:",
+        f'    """{scope_doc}"""',
         *[f"    {line}" for line in sites("policy.scope", scope_body)],
         "",
         "",
-        "def present(user: dict, record: dict) -> dict:",
+        f"def present({types[0]}) -> {types[1]}:",
         '    """Hide sensitive fields from everyone but the owner and administrators."""',
-        f'    if user["role"] == "admin" or record[{py(n.owner)}] == user["id"]:',
-        "        return dict(record)",
-        "    return {k: v for k, v in record.items() if k not in SENSITIVE_FIELDS}",
+        *[f"    {line}" for line in present_body],
     ]
-    exports += ["logger", "resolve_user", "can_read", "can_modify", "visible_scope", "present"]
-    return lines, exports
+    return lines, ["can_read", "can_modify", "visible_scope", "present"]

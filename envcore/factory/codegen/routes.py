@@ -46,7 +46,7 @@ def build_routes(n: Names, features: tuple[str, ...], sites: Sites) -> list[Rout
     routes: list[Route] = [
         Route(
             "main", "service_status", ("GET",), "/api/status", "public", [],
-            ["return {\"service\": SERVICE_NAME, \"status\": \"ok\"}"],
+            [f'return {{"service": {n.cfg("SERVICE_NAME")}, "status": "ok"}}'],
             doc="Liveness endpoint for the load balancer; public on purpose.",
         ),
     ]
@@ -178,7 +178,7 @@ def build_routes(n: Names, features: tuple[str, ...], sites: Sites) -> list[Rout
                     *sites(
                         "files.path",
                         [
-                            'folder = (UPLOAD_DIR / str(user["id"])).resolve()',
+                            f'folder = ({n.cfg("UPLOAD_DIR")} / str({n.attr("user", "id")})).resolve()',
                             "target = (folder / name).resolve()",
                             "if not target.is_relative_to(folder) or not target.is_file():",
                             '    raise HTTPException(status_code=404, detail="file not found")',
