@@ -28,6 +28,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="factory config YAML")
     p.add_argument("--full", action="store_true",
                    help="also measure with the whole scenario check (partial fixes and pass-to-pass too)")
+    p.add_argument("--beside", metavar="CONFIG",
+                   help="also build the same seeds from this config in the same run (e.g. configs/realistic.yaml: "
+                   "the realistic family beside the compact styles) and print the two side by side")
     p.set_defaults(func=cmd_factory)
 
     v = cmds.add_parser("verify", help="isolated verification latency against its baselines, live requests, memory, "
@@ -147,6 +150,15 @@ def cmd_factory(args: argparse.Namespace) -> int:
         print(f"speed-up with {args.workers} workers: {many.verified_per_s / one.verified_per_s:.2f}x")
     if args.full:
         _measure(config, args, args.workers, full=True)
+    if args.beside:
+        other = {workers: _measure(FactoryConfig.load(args.beside), args, workers, full=False)
+                 for workers in sorted({1, args.workers}, reverse=True)}
+        for workers in sorted(other):
+            base, beside = results[workers], other[workers]
+            print(f"{args.beside} beside {args.config or 'the default config'}, {workers} worker(s): "
+                  f"{beside.verified_per_s:.1f} vs {base.verified_per_s:.1f} verified scenarios/s "
+                  f"({base.verified_per_s / beside.verified_per_s:.2f}x slower to build); rejects "
+                  f"{beside.reject_share:.1%} vs {base.reject_share:.1%}")
     return 0
 
 

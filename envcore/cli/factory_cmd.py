@@ -221,8 +221,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
                 seen.add(scenario_id)
                 entries.append(CacheEntry.of(cache.load(scenario_id), cache.split_of(scenario_id)))
     lineage = {"parent": caches[0].root.name, "merged": [str(c.root) for c in caches]}
-    manifest = write_cache(args.out, entries, generator=caches[-1].manifest.get("generator", GENERATOR_VERSION),
-                           config=config, lineage=lineage)
+    # the generator that wrote its generated scenarios (an imported cache says "import")
+    generator = next((c.manifest["generator"] for c in reversed(caches)
+                      if c.manifest.get("generator") not in (None, "import")), GENERATOR_VERSION)
+    manifest = write_cache(args.out, entries, generator=generator, config=config, lineage=lineage)
     splits = ", ".join(f"{k} {v}" for k, v in manifest["counts"]["split"].items())
     print(f"merged {len(entries)} scenarios from {len(caches)} caches into {args.out} ({splits})")
     return 0
