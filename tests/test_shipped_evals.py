@@ -63,3 +63,38 @@ def test_the_shipped_runs_show_the_benchmark_discriminates():
     by_tier = load("heuristic")[0]["by"]["tier"]
     rates = [by_tier[t]["full_fix"]["mean"] for t in ("1", "2", "3")]
     assert rates[0] > rates[1] > rates[2], f"heuristic full-fix rate by tier: {rates}"
+
+
+# -- cache v3: the style-held-out split and the external split -----------------------------------
+V3 = ROOT / "artifacts" / "scenarios" / "v3"
+V3_RUNS = [(split, agent) for split in ("test_styles", "external") for agent in BASELINE_RUNS] + [
+    ("external", "tiny-random-llm")]
+
+
+@functools.cache
+def load_v3(split, agent):
+    folder = ROOT / "artifacts" / "evals" / "v3" / split / agent
+    return json.loads((folder / "summary.json").read_text()), list(read_episodes(folder / "episodes.jsonl.gz"))
+
+
+@pytest.mark.parametrize("split,agent", V3_RUNS, ids=[f"{s}/{a}" for s, a in V3_RUNS])
+def test_a_v3_run_covers_its_split_as_it_is_and_its_summary_is_its_log(split, agent):
+    from envcore.cache import ScenarioCache
+
+    cache = ScenarioCache.open(V3)
+    summary, records = load_v3(split, agent)
+    ids = set(cache.ids(split=split))
+    assert ids and {r.scenario_id for r in records} == ids and len(records) == len(ids)
+    stale = [r.scenario_id for r in records if r.scenario_hash != cache.load(r.scenario_id).content_hash()]
+    assert not stale, f"{split}/{agent} was played on older versions of {len(stale)} scenarios: re-run it"
+    assert summary["infrastructure_errors"] == 0 and summary["run"]["failed"] == []
+    again = summarize(records, domains=scenario_domains(cache))
+    assert _close({k: v for k, v in summary.items() if k != "run"}, again)
+
+
+def test_the_style_held_out_split_discriminates_and_is_harder_for_the_heuristic():
+    full = {agent: load_v3("test_styles", agent)[0]["overall"]["full_fix"]["mean"] for agent in BASELINE_RUNS}
+    reward = {agent: load_v3("test_styles", agent)[0]["overall"]["reward"]["mean"] for agent in BASELINE_RUNS}
+    assert full["oracle"] == 1.0 and load_v3("external", "oracle")[0]["overall"]["full_fix"]["mean"] == 1.0
+    assert full["noop"] == 0.0 and reward["noop"] <= 0 and full["deny_all"] == 0.0 and reward["deny_all"] < 0
+    assert 0 < full["heuristic"] < load("heuristic")[0]["overall"]["full_fix"]["mean"]
