@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from envcore.scenario.probes import HTTP_METHODS
+from envcore.scenario.probes import absolute_path, known_method
 
 CredentialKind = Literal["bearer", "header", "cookie", "basic", "login"]
 
@@ -64,17 +64,12 @@ class LoginRequest(_Model):
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str) -> str:
-        value = value.upper()
-        if value not in HTTP_METHODS:
-            raise ValueError(f"unsupported HTTP method {value!r}")
-        return value
+        return known_method(value)
 
     @field_validator("path")
     @classmethod
     def _absolute_path(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("a login path starts with '/'")
-        return value
+        return absolute_path(value, "a login path starts with '/'")
 
     @field_validator("token_json")
     @classmethod

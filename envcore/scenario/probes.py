@@ -39,6 +39,21 @@ DENIED = (401, 403, 404)
 """Statuses that count as "access refused" (404 is accepted: hiding existence is a valid fix)."""
 
 
+def known_method(value: str) -> str:
+    """``value`` in upper case, if it is one of :data:`HTTP_METHODS` (a validator's check)."""
+    value = value.upper()
+    if value not in HTTP_METHODS:
+        raise ValueError(f"unsupported HTTP method {value!r}")
+    return value
+
+
+def absolute_path(value: str, message: str) -> str:
+    """``value`` if it starts with ``/`` (a validator's check), else a ``ValueError`` saying ``message``."""
+    if not value.startswith("/"):
+        raise ValueError(message)
+    return value
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -130,17 +145,12 @@ class ProbeStep(_Wire):
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str) -> str:
-        value = value.upper()
-        if value not in HTTP_METHODS:
-            raise ValueError(f"unsupported HTTP method {value!r}")
-        return value
+        return known_method(value)
 
     @field_validator("path")
     @classmethod
     def _absolute_path(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("probe paths start with '/'")
-        return value
+        return absolute_path(value, "probe paths start with '/'")
 
     @property
     def route_key(self) -> str:
