@@ -548,3 +548,11 @@ def test_a_database_kept_as_text_cannot_attach_files_elsewhere(tmp_path):
     with pytest.raises(DatabaseBuildError) as caught:
         build_databases(root, files)
     assert "app.db" in str(caught.value) and not outside.exists()
+
+
+def test_an_app_importing_a_library_it_may_not_use_is_told_the_rule_and_the_fix(tmp_path, capsys):
+    files, fixed = arranged("store.py", "auth.py", "notes.py", "main.py", main_prelude="import redis\n")
+    folder = scenario_folder(tmp_path, files, fixed, "main:app")
+    assert main(["factory", "import", str(folder), "--out", str(tmp_path / "cache")]) == 1
+    out = capsys.readouterr().out
+    assert "No module named 'redis'" in out and "What an app may import" in out and "docs/bundle-format.md" in out

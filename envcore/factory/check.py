@@ -200,7 +200,7 @@ def check_vulnerable(ctx: CheckContext) -> list[str]:
     """The app as shipped loads, every visible and every guard probe passes, every security probe fails."""
     report = ctx.vulnerable_runs[-1]
     if not report.loaded:
-        return [f"the vulnerable app does not load: {report.load_error}"]
+        return [f"the vulnerable app does not load: {explain_load_error(report.load_error, ctx.bundle)}"]
     problems = []
     for outcome in report.outcomes:
         if outcome.kind == ProbeKind.SECURITY and outcome.passed:
@@ -236,7 +236,7 @@ def check_reference(ctx: CheckContext) -> list[str]:
         return [f"the reference fix does not apply: {exc}"]
     report = runner.run(AppSource(fixed, bundle.entrypoint), bundle.probes, _actors(bundle))
     if not report.loaded:
-        return [f"the fixed app does not load: {report.load_error}"]
+        return [f"the fixed app does not load: {explain_load_error(report.load_error, ctx.bundle)}"]
     return [
         f"{o.kind.value} probe {o.probe_id} fails with the reference fix: {o.failures[:2]}"
         for o in report.outcomes
@@ -351,6 +351,26 @@ CHECKS: tuple[tuple[str, Callable[[CheckContext], list[str]]], ...] = (
     ("narrow_fixes", check_narrow_fixes),
     ("determinism", check_determinism),
 )
+
+
+_MISSING_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError)\b.*?No module named '([\w.]+)'")
+
+
+def explain_load_error(error: str | None, bundle: Bundle) -> str:
+    """A load error as the app gave it, plus the rule and the fix when it is one a newcomer can act
+    on: a module that is neither the app's own nor one an app may import."""
+    error = error or ""
+    match = _MISSING_MODULE.search(error)
+    if match is None:
+        return error
+    top = match.group(1).split(".")[0]
+    own = {path.split("/", 1)[0].removesuffix(".py") for path in bundle.files if path.endswith(".py")}
+    if top in own:
+        return (f"{error} (the app has {top!r} but not the module it asks for: every module under app/ is "
+                "imported by its path from app/, e.g. app/api/notes.py is api.notes)")
+    return (f"{error} ({top!r} is neither a module of the app nor a library an app may import: see "
+            "'What an app may import' in docs/bundle-format.md, and replace it with the standard library or "
+            "one of those)")
 
 
 def check_scenario(
