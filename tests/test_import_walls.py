@@ -556,3 +556,19 @@ def test_an_app_importing_a_library_it_may_not_use_is_told_the_rule_and_the_fix(
     assert main(["factory", "import", str(folder), "--out", str(tmp_path / "cache")]) == 1
     out = capsys.readouterr().out
     assert "No module named 'redis'" in out and "What an app may import" in out and "docs/bundle-format.md" in out
+
+
+def test_an_installed_module_that_is_not_an_app_library_is_refused_in_the_sandbox_as_missing(tmp_path, capsys):
+    """``requests`` is installed (the project's tools need it) but is not a library an app may use:
+    the sandbox refuses it as missing, so an optional import takes its fallback and a plain one
+    fails to load with the rule; the docs list exactly what an app may import."""
+    optional = 'try:\n    import requests as _http\nexcept ImportError:\n    _http = None\nassert _http is None\n'
+    files, fixed = arranged("store.py", "auth.py", "notes.py", "main.py", main_prelude=optional)
+    code = main(["factory", "import", str(scenario_folder(tmp_path / "optional", files, fixed, "main:app")),
+                 "--out", str(tmp_path / "cache")])
+    assert code == 0, capsys.readouterr().out
+    files, fixed = arranged("store.py", "auth.py", "notes.py", "main.py", main_prelude="import requests\n")
+    folder = scenario_folder(tmp_path / "plain", files, fixed, "main:app")
+    assert main(["factory", "import", str(folder), "--out", str(tmp_path / "cache")]) == 1
+    out = capsys.readouterr().out
+    assert "No module named 'requests' for apps" in out and "What an app may import" in out

@@ -22,8 +22,11 @@ must create them while it loads.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import re
 import sqlite3
 import sqlite3.dbapi2
+import sys
 from typing import Any
 
 APP_LIBRARIES = (
@@ -42,6 +45,43 @@ APP_LIBRARIES = (
 )
 """Modules the zygote imports for every app (the libraries' public entry points); their submodules
 load on demand from the Python installation, which a worker may read."""
+
+
+APP_DISTRIBUTIONS = (
+    "fastapi", "starlette", "pydantic", "anyio", "uvicorn", "SQLAlchemy", "sqlmodel", "PyJWT", "python-jose",
+    "passlib", "bcrypt", "pwdlib", "argon2-cffi", "pydantic-settings", "python-multipart", "email-validator",
+    "cryptography",  # python-jose[cryptography], as FastAPI's own tutorial installs it
+)
+"""The distributions an app may import (docs/bundle-format.md), with everything they require."""
+
+_IMPORTABLE: frozenset[str] | None = None
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def importable_modules() -> frozenset[str]:
+    """Top-level module names an app may import besides its own: the standard library and the
+    modules of :data:`APP_DISTRIBUTIONS` and of every distribution they require (extras aside).
+    Worked out once a process (the zygote does it before forking anything)."""
+    global _IMPORTABLE
+    if _IMPORTABLE is None:
+        wanted, stack = set(), [_normal(name) for name in APP_DISTRIBUTIONS]
+        while stack:
+            name = stack.pop()
+            if name in wanted:
+                continue
+            try:
+                requires = importlib.metadata.distribution(name).requires or []
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            wanted.add(name)
+            stack += [_normal(re.match(r"[A-Za-z0-9_.\-]+", req).group(0)) for req in requires if "extra ==" not in req]
+        modules = {top for top, dists in importlib.metadata.packages_distributions().items()
+                   if any(_normal(d) in wanted for d in dists)}
+        _IMPORTABLE = frozenset(modules | set(sys.stdlib_module_names) | set(sys.builtin_module_names))
+    return _IMPORTABLE
 
 
 def preload_libraries() -> list[str]:

@@ -65,6 +65,11 @@ class SandboxViolation(PermissionError):
     """Raised inside the worker when the policy refuses an operation."""
 
 
+class NotAnAppLibrary(ModuleNotFoundError):
+    """Raised inside the worker when the app imports a module that is installed but not one an app
+    may use (see :meth:`AuditPolicy.import_refusal`)."""
+
+
 def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root + os.sep) for root in roots)
 
@@ -72,9 +77,13 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
 class AuditPolicy:
     """Decides audit events for one worker. :meth:`decide` is pure apart from the file counter."""
 
-    __slots__ = ("workspace", "read_roots", "max_new_files", "new_files", "permitted_call")
+    __slots__ = ("importable", "max_new_files", "new_files", "permitted_call", "read_roots", "workspace")
 
-    def __init__(self, workspace: str, read_roots: Iterable[str], max_new_files: int, *, writable: bool = True) -> None:
+    def __init__(self, workspace: str, read_roots: Iterable[str], max_new_files: int, *, writable: bool = True,
+                 importable: frozenset[str] | None = None) -> None:
+        self.importable = importable
+        """Top-level modules the app may import (its own, the standard library, the app libraries);
+        ``None``: any the installation has."""
         here = (os.path.abspath(workspace),)
         self.workspace = here if writable else ()
         """Where the app may write: its workspace, or nowhere when the workspace is shared read-only."""
@@ -163,13 +172,29 @@ class AuditPolicy:
                 return reason
         return None
 
+    def import_refusal(self, event: str, args: tuple[Any, ...]) -> str | None:
+        """Why importing a module that is not the app's, the standard library's or an app library's
+        is refused (``None`` if it is not refused). Raised as :class:`NotAnAppLibrary`, a
+        ``ModuleNotFoundError``, so code written for an optional library (``try: import ujson``)
+        behaves as where it is not installed."""
+        if event != "import" or self.importable is None or not args:
+            return None
+        top = str(args[0]).partition(".")[0]
+        if not top or top in self.importable:
+            return None
+        return (f"No module named {top!r} for apps: an app may import its own modules, the standard library and "
+                "the libraries listed under 'What an app may import' in docs/bundle-format.md")
+
     def install(self) -> "AuditPolicy":
-        decide = self.decide
+        decide, refuse_import = self.decide, self.import_refusal
 
         def hook(event: str, args: tuple[Any, ...]) -> None:
             reason = decide(event, args)
             if reason is not None:
                 raise SandboxViolation(reason)
+            reason = refuse_import(event, args)
+            if reason is not None:
+                raise NotAnAppLibrary(reason, name=str(args[0]))
 
         sys.addaudithook(hook)
         return self

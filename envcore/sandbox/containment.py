@@ -235,5 +235,6 @@ def freeze(layer: landlock.PreparedLayer | None, policy: AuditPolicy) -> str | N
     return None if problem is None else f"the app's folder could not be closed to new files ({problem})"
 
 
-def install_audit_hook(workspace: str, limits: SandboxLimits, read_roots: list[str], *, writable: bool = True) -> AuditPolicy:
-    return AuditPolicy(workspace, read_roots, limits.max_new_files, writable=writable).install()
+def install_audit_hook(workspace: str, limits: SandboxLimits, read_roots: list[str], *, writable: bool = True,
+                       importable: frozenset[str] | None = None) -> AuditPolicy:
+    return AuditPolicy(workspace, read_roots, limits.max_new_files, writable=writable, importable=importable).install()

@@ -48,8 +48,10 @@ from envcore.runner.inprocess import (
     _endpoints,
     _seed_endpoint_context,
     import_app,
+    top_level_names,
 )
 from envcore.sandbox import containment, hotswap
+from envcore.sandbox.app_runtime import importable_modules
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, send_frame, write_all_fd
 from envcore.sandbox.worker import precompiled, start_and_serve
@@ -265,7 +267,8 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     rewind(template.held)  # the previous worker has ended: its moves of the shared files are undone
     freezer = containment.prepare_freeze(root, spawn["read_roots"]) if writable else None
     layers["no_new_files"] = freezer is not None or not writable
-    policy = containment.install_audit_hook(root, limits, spawn["read_roots"], writable=writable)
+    policy = containment.install_audit_hook(root, limits, spawn["read_roots"], writable=writable,
+                                            importable=importable_modules() | top_level_names(message["files"]))
     layers["audit_hook"] = True
     files: dict[str, str] = message["files"]
     try:

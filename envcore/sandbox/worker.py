@@ -37,8 +37,10 @@ from envcore.runner.inprocess import (
     _seed_endpoint_context,
     import_app,
     materialize,
+    top_level_names,
 )
 from envcore.sandbox import containment
+from envcore.sandbox.app_runtime import importable_modules
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, write_all_fd
 
@@ -150,7 +152,8 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
         return
     freezer = containment.prepare_freeze(workspace, spawn["read_roots"])
     layers["no_new_files"] = freezer is not None
-    policy = containment.install_audit_hook(workspace, limits, spawn["read_roots"])
+    policy = containment.install_audit_hook(workspace, limits, spawn["read_roots"],
+                                            importable=importable_modules() | top_level_names(files))
     layers["audit_hook"] = True
     clock.append(time.perf_counter())
 

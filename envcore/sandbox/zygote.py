@@ -42,7 +42,7 @@ import pydantic  # noqa: F401
 import sqlite3  # noqa: F401
 
 from envcore.sandbox import containment
-from envcore.sandbox.app_runtime import keep_sqlite_journals_in_memory, preload_libraries
+from envcore.sandbox.app_runtime import importable_modules, keep_sqlite_journals_in_memory, preload_libraries
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireTimeout, send_frame
 from envcore.sandbox.worker import rehearse_all, worker_main
 
@@ -172,6 +172,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the parent to handle
     preload_libraries()  # the libraries apps may use, loaded by trusted code before the first fork
     keep_sqlite_journals_in_memory()
+    importable_modules()  # worked out once, here, for every worker
     zygote = Zygote(socket.socket(fileno=fd))
     try:
         zygote.serve()
