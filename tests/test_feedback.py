@@ -182,7 +182,7 @@ def refreshed(shipped_analysis, cache, tmp_path_factory):
     job = factory_job(shipped_analysis, "heuristic", base, parent="v2", source="artifacts/feedback/baselines/analysis.json")
     (folder / "job.yaml").write_text(yaml.safe_dump(job))
     before = (cache.root / "manifest.json").read_bytes()
-    manifest = refresh(None, folder / "job.yaml", folder / "v3", n=60, workers=2)
+    manifest = refresh(cache.root, folder / "job.yaml", folder / "v3", n=60, workers=2)
     return {"folder": folder, "manifest": manifest, "job": job, "parent_manifest": before}
 
 

@@ -35,7 +35,8 @@ from envcore.sandbox import supported_platform
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ("tests/test_sandbox_attacks.py", "tests/test_sandbox_isolation.py", "tests/test_fault_attribution.py",
-           "tests/test_hidden_stays_hidden.py", "tests/test_coach.py")
+           "tests/test_hidden_stays_hidden.py", "tests/test_coach.py", "tests/test_import_walls.py",
+           "tests/test_templates.py")
 NOBODY = 65534
 
 pytestmark = [

@@ -73,7 +73,7 @@ V3_RUNS = [(split, agent) for split in ("test_styles", "external") for agent in 
 
 @functools.cache
 def load_v3(split, agent):
-    folder = ROOT / "artifacts" / "evals" / "v3" / split / agent
+    folder = ROOT / "artifacts" / "heldout" / "v3" / split / agent
     return json.loads((folder / "summary.json").read_text()), list(read_episodes(folder / "episodes.jsonl.gz"))
 
 

@@ -129,6 +129,12 @@ def bundle(sampler):
     return sampler.cache.load(sampler.cache.ids()[0])
 
 
+def entry_file(bundle) -> str:
+    """The file of the module the entrypoint names (``app.main:app`` -> ``app/main.py``)."""
+    module = bundle.entrypoint.partition(":")[0].replace(".", "/")
+    return f"{module}.py" if f"{module}.py" in bundle.files else f"{module}/__init__.py"
+
+
 def assert_ended(final: Any, *, broken: bool, budget: int, steps: int) -> None:
     """The last observation of an episode: done, a reward exactly when the sandbox worked, within budget."""
     assert final.done is True
@@ -202,9 +208,10 @@ def episode(bundle, sandbox):
 def test_form_feed_in_a_patched_file_does_not_break_submit(episode, char):
     # A page break (a line holding only a form feed, as in the standard library) at the end of a module:
     # the diff made at submit was split at the form feed as well as at the newline, and did not parse back.
-    tail = episode.files["app/main.py"][-40:]
-    edited = episode.step({"tool": "edit_file", "path": "app/main.py", "search": tail, "replace": tail + char + "\n"})
-    assert edited.error is None and episode.files["app/main.py"].endswith("\n" + char + "\n")
+    main = entry_file(episode.bundle)
+    tail = episode.files[main][-40:]
+    edited = episode.step({"tool": "edit_file", "path": main, "search": tail, "replace": tail + char + "\n"})
+    assert edited.error is None and episode.files[main].endswith("\n" + char + "\n")
     final = episode.step({"tool": "submit"})
     assert_ended(final, broken=False, budget=10, steps=episode.steps)
     assert final.result["outcome"] in ("graded", "load_error")

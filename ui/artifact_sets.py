@@ -50,7 +50,10 @@ from envcore.env.episode_log import EpisodeRecord, LogProblem, find_episode_logs
 KINDS = ("trained", "baseline", "human", "validation", "other")
 """Kinds in display order: what was trained first, the oracle's validation runs after the competitors."""
 
-SKIPPED_DIRS = frozenset({"scenarios", "models"})
+SKIPPED_DIRS = frozenset({"scenarios", "models", "heldout"})
+"""Not rollout sets of the Space: the caches, the models, and the runs on other scenario sets than the
+test split (``heldout/``: the style-held-out and external splits), which a leaderboard of the test
+split must not pool with it."""
 CACHE_ENTRIES = 32
 
 

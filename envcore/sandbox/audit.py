@@ -65,11 +65,6 @@ class SandboxViolation(PermissionError):
     """Raised inside the worker when the policy refuses an operation."""
 
 
-class NotAnAppLibrary(ModuleNotFoundError):
-    """Raised inside the worker when the app imports a module that is installed but not one an app
-    may use (see :meth:`AuditPolicy.import_refusal`)."""
-
-
 def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root + os.sep) for root in roots)
 
@@ -174,8 +169,7 @@ class AuditPolicy:
 
     def import_refusal(self, event: str, args: tuple[Any, ...]) -> str | None:
         """Why importing a module that is not the app's, the standard library's or an app library's
-        is refused (``None`` if it is not refused). Raised as :class:`NotAnAppLibrary`, a
-        ``ModuleNotFoundError``, so code written for an optional library (``try: import ujson``)
+        is refused (``None`` if it is not refused). Raised as a ``ModuleNotFoundError``, so code written for an optional library (``try: import ujson``)
         behaves as where it is not installed."""
         if event != "import" or self.importable is None or not args:
             return None
@@ -194,7 +188,7 @@ class AuditPolicy:
                 raise SandboxViolation(reason)
             reason = refuse_import(event, args)
             if reason is not None:
-                raise NotAnAppLibrary(reason, name=str(args[0]))
+                raise ModuleNotFoundError(reason, name=str(args[0]))
 
         sys.addaudithook(hook)
         return self
