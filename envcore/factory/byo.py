@@ -92,7 +92,7 @@ _PREFIX = re.compile(r"^[A-Za-z]{1,6}[_-]")
 
 def _user_values(user: BundleUser) -> list[str]:
     values = [user.username, user.user_id, user.token]
-    credentials = getattr(user, "credentials", None)
+    credentials = user.credentials
     if credentials is not None:
         values += [credentials.secret or "", credentials.login_name or ""]
         login = credentials.login

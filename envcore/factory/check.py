@@ -48,7 +48,7 @@ from envcore.factory.lazy_fixes import narrow_fix_files, narrow_fixes, path_patt
 from envcore.patching import PatchError, apply_patch
 from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
-from envcore.runner.inprocess import InProcessRunner
+from envcore.runner.inprocess import InProcessRunner, top_level_names
 from envcore.scenario.bundle import Bundle
 from envcore.scenario.credentials import Credentials
 from envcore.scenario.probes import Probe, ProbeKind
@@ -364,8 +364,7 @@ def explain_load_error(error: str | None, bundle: Bundle) -> str:
     if match is None:
         return error
     top = match.group(1).split(".")[0]
-    own = {path.split("/", 1)[0].removesuffix(".py") for path in bundle.files if path.endswith(".py")}
-    if top in own:
+    if top in top_level_names(bundle.files):
         return (f"{error} (the app has {top!r} but not the module it asks for: every module under app/ is "
                 "imported by its path from app/, e.g. app/api/notes.py is api.notes)")
     return (f"{error} ({top!r} is neither a module of the app nor a library an app may import: see "
