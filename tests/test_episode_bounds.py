@@ -99,6 +99,14 @@ def bundle(cache):
     return cache.load(cache.ids()[0])
 
 
+@pytest.fixture(scope="module")
+def entry(bundle) -> tuple[str, str]:
+    """The file of the module the entrypoint names and the app's name in it (``app.main:app``)."""
+    module, _, name = bundle.entrypoint.partition(":")
+    stem = module.replace(".", "/")
+    return (f"{stem}.py" if f"{stem}.py" in bundle.files else f"{stem}/__init__.py"), name
+
+
 @pytest.fixture
 def episode(bundle, sandbox):
     ep = Episode(bundle, sandbox, max_steps=200)
@@ -198,10 +206,10 @@ def test_a_lone_surrogate_that_bypasses_validation_is_refused_at_the_patch(episo
     _refused_and_unchanged(episode, ApplyPatch.model_construct(diff=diff), "not valid Unicode")
 
 
-def test_an_edit_that_makes_a_file_too_large_is_refused(episode, monkeypatch):
-    monkeypatch.setattr(filetree, "MAX_FILE_BYTES", 4000)
-    path = "app/main.py"
+def test_an_edit_that_makes_a_file_too_large_is_refused(episode, entry, monkeypatch):
+    path, _ = entry
     text = episode.files[path]
+    monkeypatch.setattr(filetree, "MAX_FILE_BYTES", max(4000, len(text.encode()) + 100))
     _refused_and_unchanged(episode, {"tool": "edit_file", "path": path, "search": text[:30],
                                      "replace": text[:30] + "#" * 5000}, "a file is at most")
 
@@ -258,8 +266,8 @@ def test_an_error_that_echoes_a_huge_path_is_cut(episode):
     assert len(observation.text) <= LIMITS["error_chars"] + 10
 
 
-def test_an_app_that_fails_with_a_huge_message_is_reported_in_a_bounded_run_tests(episode):
-    path = "app/main.py"
+def test_an_app_that_fails_with_a_huge_message_is_reported_in_a_bounded_run_tests(episode, entry):
+    path, _ = entry
     text = episode.files[path]
     loud = text + '\nraise RuntimeError("e" * 1_000_000)\n'
     assert episode.step({"tool": "edit_file", "path": path, "search": text, "replace": loud}).error is None
@@ -276,17 +284,18 @@ BIG_RESPONSE = '''
 from fastapi import Response as _Response
 
 
-@app.get("/api/_huge")
+@{app}.get("/api/_huge")
 async def _huge():
     headers = {f"x-h{i}": "v" * 3000 for i in range(60)}
     return _Response("b" * 900_000, headers=headers)
 '''
 
 
-def test_a_huge_response_body_and_its_headers_are_cut(episode, bundle):
-    path = "app/main.py"
+def test_a_huge_response_body_and_its_headers_are_cut(episode, entry):
+    path, app = entry
     text = episode.files[path]
-    assert episode.step({"tool": "edit_file", "path": path, "search": text, "replace": text + BIG_RESPONSE}).error is None
+    route = BIG_RESPONSE.replace("{app}", app)
+    assert episode.step({"tool": "edit_file", "path": path, "search": text, "replace": text + route}).error is None
     observation = episode.step({"tool": "http_request", "path": "/api/_huge"})
     result = observation.result
     assert observation.error is None and result["status"] == 200, observation.text[:500]
