@@ -43,6 +43,7 @@ def test_judge_counts_wrong_rewards_and_missing_errors(player, reward, errors, w
     assert (loadbench.judge(player, reward, errors) is not None) is wrong
 
 
+@pytest.mark.slow  # a load run; the server's session limits are tested by default elsewhere
 def test_a_load_run_through_the_real_server_has_no_errors_and_reports_memory_per_block():
     result = loadbench.measure(str(CACHE), episodes=24, sessions=6, block=8, split="train")
     assert result.errors == [], result.errors
@@ -52,6 +53,7 @@ def test_a_load_run_through_the_real_server_has_no_errors_and_reports_memory_per
     assert result.rss_growth is not None
 
 
+@pytest.mark.slow  # a benchmark command's whole run; the parts it times are tested by default
 def test_bench_load_command_prints_its_figures_and_refuses_bad_numbers():
     proc = subprocess.run([sys.executable, "-m", "envcore", "bench", "load", "--episodes", "6", "--sessions", "3",
                            "--block", "3"], capture_output=True, text=True, cwd=ROOT, timeout=300)

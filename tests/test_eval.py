@@ -145,6 +145,7 @@ def test_a_dead_server_is_reported_not_written(tmp_path):
     assert not list(read_episodes(log)) if log.exists() else True
 
 
+@pytest.mark.slow  # a second whole eval run; resuming is tested by default in the oracle-against-noop test
 def test_eval_compress_leaves_a_gzipped_log_that_compare_reads_and_a_rerun_resumes(tmp_path):
     out = tmp_path / "noop"
     proc = run_cli("eval", "--agent", "noop", "--n", "2", "--out", str(out), "--compress")
@@ -170,6 +171,7 @@ def test_a_truncated_compressed_log_yields_its_whole_records_and_reports_the_res
     assert problems and any("ends early" in p.reason or "torn" in p.reason for p in problems)
 
 
+@pytest.mark.slow  # a benchmark command's whole run; the parts it times are tested by default
 def test_bench_rollouts_prints_local_and_remote_rates():
     proc = run_cli("bench", "rollouts", "--episodes", "2", "--sessions", "1,2", "--servers", "1", "--split", "val")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -417,6 +417,7 @@ def fresh_box():
     sandbox.close()
 
 
+@pytest.mark.slow  # every bug class; the default run compares templates and fresh loading in test_sandbox_isolation
 def test_template_grading_matches_fresh_loading_for_every_bug_class(box, fresh_box, shipped):
     swapped_before = box.stats["swapped"]
     compared = 0

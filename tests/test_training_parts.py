@@ -281,7 +281,8 @@ class AlternatingGeneration:
         return out
 
 
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "gradient-checkpointing"])
+@pytest.mark.parametrize("checkpointing", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["plain", "gradient-checkpointing"])
 def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, tokenizer, keys, tmp_path, checkpointing):
     """GRPO through the real environment: when the rollouts of a group earn different rewards, the
     loss has a gradient and the adapter moves (what the random model alone cannot show: its

@@ -20,6 +20,7 @@ from ui.browser_bench import ACTIONS, Report, quantile, table
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a benchmark command's whole run; the parts it times are tested by default
 def test_bench_ui_prints_the_cold_start_and_every_action(tmp_path):
     result = subprocess.run([sys.executable, "-m", "envcore", "bench", "ui", "--cold-runs", "1", "--rounds", "1"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
@@ -33,6 +34,7 @@ def test_bench_ui_prints_the_cold_start_and_every_action(tmp_path):
     assert "slowest p50" in out
 
 
+@pytest.mark.slow  # a benchmark command's whole run; the parts it times are tested by default
 def test_bench_ui_browser_times_every_action_in_chromium(tmp_path):
     skip_unless_wanted()
     saved = tmp_path / "ui-browser.json"
