@@ -132,6 +132,7 @@ def _remote_config(tmp_path, tiny_model, url, batch):
     return path
 
 
+@pytest.mark.slow  # a second whole training run; the rollouts against a server are tested by default in test_training_parts
 def test_training_against_a_server_checks_its_capacity_first_then_trains_through_it(tmp_path, tiny_model):
     from envcore.env.bench import free_port, start_server
 

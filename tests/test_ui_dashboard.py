@@ -77,8 +77,12 @@ def test_the_headline_names_the_best_agent_with_the_reports_intervals_and_not_th
             f"{fix['mean']:.0%} [{fix['ci95'][0]:.0%}, {fix['ci95'][1]:.0%}], mean reward {reward['mean']:+.3f} "
             f"[{reward['ci95'][0]:+.3f}, {reward['ci95'][1]:+.3f}], n = 258.") in shown
     assert "It is only a scripted baseline: no trained agent beats it yet" in shown
-    assert "tiny-grpo after training" in shown and "pipeline check" in shown  # the best trained one, with its caveat
+    # the best trained one, with its caveat (the shipped trained models are tiny)
+    assert "The best trained agent, **tiny-" in shown and "is a tiny model taught a few apps, not a skilled agent" in shown
     assert "**Human players:** no human episodes yet: play one in the Play tab." in shown
+    # what training did: the shipped three-stage run, on the apps it learned and on unseen ones
+    assert "**What training did** (tiny-learn" in shown and "full fixes on the 4 scenarios it learned: base 0% →" in shown
+    assert "not expected to fix apps it has not seen" in shown
     assert "**Validation:** **Oracle: the reference fix (validation only)**" in shown and "100% full fixes" in shown
     assert "Best agent:** **Oracle" not in shown
     assert "Broken Access Control" in shown and "held-out scenarios" in shown
@@ -316,7 +320,8 @@ def test_a_dimension_or_measure_toggle_redraws_the_rates_chart_alone(tmp_path):
 
 
 def test_toggles_are_served_from_caches_keyed_by_known_sets_only(shipped_ctrl):
-    names = list(shipped_ctrl.rollout_sets())[:4]
+    names = ["evals/v2/heuristic", "evals/v2/noop", "evals/v2/random", "training/tiny-grpo/eval/trained"]
+    assert set(names) <= set(shipped_ctrl.rollout_sets())
     first = shipped_ctrl.rates(names, "Domain", "Mean reward")["rates"]
     assert shipped_ctrl.rates(names, "Domain", "Mean reward")["rates"] is first
     assert shipped_ctrl.rates([*names, "../../etc/passwd", names[0]], "Domain", "Mean reward")["rates"] is first

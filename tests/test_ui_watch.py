@@ -143,9 +143,13 @@ def test_the_oracle_is_never_a_competitor_and_training_rollouts_are_not_an_evalu
     assert pair(tmp_path) == ("training/grpo", "evals/v2/random")  # the first two competitors, in kind order
 
 
-def test_the_shipped_artifacts_open_on_noop_against_heuristic():
-    # The tiny adapter does not beat its base model (both write empty replies), so the scripted pair shows.
-    assert pair(ARTIFACTS) == ("evals/v2/noop", "evals/v2/heuristic")
+LEARNED = ("training/tiny-learn/eval/trained/base", "training/tiny-learn/eval/trained/sft_grpo")
+
+
+def test_the_shipped_artifacts_open_on_the_trained_run_against_its_untrained_base():
+    # tiny-learn's last stage (SFT+GRPO) beats the model it started from on the scenarios it learned;
+    # the GRPO-only tiny adapter does not beat its base (both write empty replies)
+    assert pair(ARTIFACTS) == LEARNED
     from ui import dashboard_tab
     assert dashboard_tab.default_pair is artifact_sets.default_pair  # the dashboard compares the same pair first
 
@@ -170,14 +174,18 @@ def test_watch_opens_on_the_default_pair_and_the_scenario_where_they_differ_most
     assert "No\\-op" in out["left_about"] and "Heuristic baseline" in out["right_about"]
 
 
-def test_the_shipped_watch_tab_opens_on_a_scenario_the_heuristic_fixes_and_noop_does_not():
+def test_the_shipped_watch_tab_opens_on_a_scenario_the_trained_run_fixes_and_its_base_does_not():
     ctrl = WatchController(None, ARTIFACTS)
     out = ctrl.refresh()
     left, right, scenario = out["left_set"]["value"], out["right_set"]["value"], out["scenario"]["value"]
-    assert (left, right) == ("evals/v2/noop", "evals/v2/heuristic")
-    noop, heuristic = ctrl.records(left)[scenario], ctrl.records(right)[scenario]
-    assert heuristic.reward - noop.reward > 0.9
-    assert out["left_about"].count("⚠️") == 0 and out["right_about"].count("⚠️") == 0
+    assert (left, right) == LEARNED
+    base, trained = ctrl.records(left)[scenario], ctrl.records(right)[scenario]
+    assert trained.reward - base.reward > 0.9
+    for side in ("left_about", "right_about"):  # both say what they are: a tiny model taught a few apps
+        assert "A tiny model taught a few apps" in out[side], out[side]
+    # the scripted pair is one choice away and carries no caveat
+    scripted_pair = ctrl.pick_sets("evals/v2/noop", "evals/v2/heuristic")
+    assert scripted_pair["left_about"].count("⚠️") == 0 and scripted_pair["right_about"].count("⚠️") == 0
 
 
 def test_a_set_with_a_caveat_says_so_above_its_side():

@@ -79,6 +79,14 @@ class RolloutSet:
         return (self.path.parent / "summary.json").is_file()
 
 
+def plays_learned_scenarios(rollout_set: "RolloutSet") -> bool:
+    """Whether the set is a stage evaluated on the scenarios its run trained on
+    (``training/<run>/eval/trained/<stage>``): what it learned, not a held-out result."""
+    parts = rollout_set.name.split("/")
+    return "training" in parts and len(parts) >= 3 and parts[-3] == "eval" and parts[-2] == "trained" \
+        and parts[-1] in STAGE_WORDS
+
+
 def _summary_adapter(folder: Path) -> bool | None:
     """Whether the folder's ``summary.json`` says an adapter was played (``adapter``, at the top level
     or under ``run``): ``True``/``False``, or ``None`` when there is no summary saying either."""
@@ -98,6 +106,8 @@ def _summary_adapter(folder: Path) -> bool | None:
 
 def _trained(parts: tuple[str, ...], folder: Path) -> bool:
     said = _summary_adapter(folder)
+    if len(parts) >= 3 and "training" in parts and parts[-3] == "eval" and parts[-1] in ("sft", "sft_grpo"):
+        return True  # a trained stage of a three-stage table: the SFT model has weights of its own, no adapter
     return said is True or (said is None and ("training" in parts or "adapters" in parts))
 
 
@@ -126,6 +136,10 @@ AGENT_WORDS = {
 }
 """The scripted agents, in words."""
 PIPELINE_CHECK = "pipeline check, not a skilled agent"
+SMALL_STAGE = "tiny model taught a few apps, not a skilled agent"
+"""The caveat of a tiny model's stage of an SFT run: it can learn the apps it was shown, no more."""
+STAGE_WORDS = {"base": "base model (untrained)", "sft": "after SFT", "sft_grpo": "after SFT+GRPO"}
+"""How the stages of a three-stage table (``training/<run>/eval/<slice>/<stage>``) are named."""
 PIPELINE_CHECK_PARAMETERS = 10_000_000
 """A model with fewer parameters than this cannot play the game: its runs check the pipeline only."""
 
@@ -195,6 +209,11 @@ def describe(name: str, kind: str, folder: Path, root: Path) -> tuple[str, str]:
         words, where = AGENT_WORDS[leaf], parent
     elif "training" in parts:
         training = parts[parts.index("training") + 1] if len(parts) > parts.index("training") + 1 else leaf
+        if len(parts) >= 3 and parts[-3] == "eval" and leaf in STAGE_WORDS:  # eval/<slice>/<stage>: a stage table
+            words = f"{training} {STAGE_WORDS[leaf]}"
+            where = "the scenarios it learned" if parts[-2] == "trained" else f"held-out eval ({parts[-2]})"
+            caveat = SMALL_STAGE if is_pipeline_check(root, folder, name) else ""
+            return " · ".join(p for p in (words, where, caveat) if p), caveat
         if leaf in ("trained", "base") and "eval" in parts:
             words = f"{training} after training" if leaf == "trained" else f"{training}'s base model"
             where = "held-out eval"
@@ -330,23 +349,49 @@ def _shared_parts(a: str, b: str) -> int:
     return shared
 
 
-def base_of(trained: RolloutSet, sets: list[RolloutSet]) -> RolloutSet | None:
+def lineage_base(root: Path, model: str) -> str | None:
+    """The model an SFT stage started from, when ``model`` is one (its folder's ``sft.json`` names
+    it); ``None`` for any other model."""
+    folder = _model_folder(root, model)
+    if folder is None:
+        return None
+    try:
+        base = json.loads((folder / "sft.json").read_text()).get("base")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return base if isinstance(base, str) and base else None
+
+
+def base_of(trained: RolloutSet, sets: list[RolloutSet], root: Path | None = None) -> RolloutSet | None:
     """The evaluation of ``trained``'s base model among ``sets``: an evaluated set whose
     ``summary.json`` names the same ``run.model`` with a null ``run.adapter`` (the base model played
-    on its own). The closest one wins: the sibling folder (``training/<run>/eval/base`` beside
+    on its own). When that model is an SFT stage (``root`` given, its folder's ``sft.json``), the
+    model SFT started from comes first: SFT+GRPO and SFT are both compared with the untrained base.
+    The closest one wins: the sibling folder (``training/<run>/eval/base`` beside
     ``training/<run>/eval/trained``) first, then the one sharing the longest part of the path.
     ``None`` when the trained set's summary names no model or no such evaluation exists."""
     model = _summary_run(trained.path.parent).get("model")
     if not model:
         return None
-    candidates = []
-    for other in sets:
-        run = _summary_run(other.path.parent)
-        if (other.name != trained.name and other.kind != "validation" and other.evaluated
-                and run.get("model") == model and not run.get("adapter")):
-            candidates.append(other)
-    return max(candidates, key=lambda s: (s.path.parent.parent == trained.path.parent.parent,
-                                          _shared_parts(s.name, trained.name), s.name), default=None)
+    wanted = [model]
+    if root is None and trained.path.name.startswith("episodes.jsonl"):
+        root = trained.path.parent.parents[len(trained.name.split("/")) - 1]  # the folder the set's name is relative to
+    if root is not None:
+        seen = {model}
+        while (earlier := lineage_base(root, wanted[-1])) and earlier not in seen:
+            seen.add(earlier)
+            wanted.append(earlier)
+    for name in reversed(wanted):
+        candidates = []
+        for other in sets:
+            run = _summary_run(other.path.parent)
+            if (other.name != trained.name and other.kind != "validation" and other.evaluated
+                    and run.get("model") == name and not run.get("adapter")):
+                candidates.append(other)
+        if candidates:
+            return max(candidates, key=lambda s: (s.path.parent.parent == trained.path.parent.parent,
+                                                  _shared_parts(s.name, trained.name), s.name))
+    return None
 
 
 @dataclass(frozen=True)
@@ -391,7 +436,9 @@ def default_pair(sets: list[RolloutSet]) -> tuple[str | None, str | None]:
     """``(base, other)``: the two sets to compare first, the second the one expected to do better.
 
     1. The trained evaluation with the best mean reward among those that beat their base model on
-       the scenarios both played (:func:`trained_against_base`): ``(base, trained)``.
+       the scenarios both played (:func:`trained_against_base`): ``(base, trained)``. An adapter's
+       evaluation comes before a model's own (a run's SFT+GRPO before its SFT stage), and an SFT
+       run's stages are compared with the untrained model it started from (:func:`base_of`).
     2. Else doing nothing against the heuristic: ``(noop, heuristic)``, when both exist.
     3. Else the best trained evaluation against its base, though it does not beat it (still the one
        comparison that says what training did).
@@ -399,7 +446,9 @@ def default_pair(sets: list[RolloutSet]) -> tuple[str | None, str | None]:
     """
     competitors = [s for s in sets if s.kind != "validation"]
     against = trained_against_base(competitors)
-    winner = next((t for t in against if t.gain > 0), None)  # nan > 0 is False: nothing in common
+    # a run's last stage (its adapter: SFT+GRPO) before an earlier stage of the same run (SFT alone)
+    winners = [t for t in against if t.gain > 0]  # nan > 0 is False: nothing in common
+    winner = next((t for t in winners if _summary_run(t.trained.path.parent).get("adapter")), None) or next(iter(winners), None)
     if winner is not None:
         return winner.base.name, winner.trained.name
     scripted = _scripted_pair(competitors)

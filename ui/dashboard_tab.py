@@ -49,7 +49,7 @@ import pandas as pd
 
 from envcore.agents.evaluate import compare, scenario_domains
 from envcore.server.sessions import SessionHub
-from ui import artifact_sets, charts, data, failure_panel, safe, training_panel
+from ui import artifact_sets, charts, data, failure_panel, safe, stages_view, training_panel
 from ui.artifact_sets import default_pair
 from ui.wiring import QUICK, wire
 
@@ -92,8 +92,9 @@ CAPTIONS = {
     "delta": ("**Two sets on the same scenarios.** Each point is the mean paired difference (compared minus "
               "baseline) overall, by tier and by bug class; right of the dashed zero line the compared set did "
               "better, and a whisker that crosses it means no clear difference."),
-    "training": ("**Training curves.** Each metric over GRPO steps, one line per run: a rising reward or full-fix "
-                 "line is learning; a flat one is not."),
+    "training": ("**Training curves.** Each metric over its run's steps, one line per run: a run's SFT stage "
+                 "(`<run>-sft`: its loss falling) and its GRPO stage (reward, full fixes, format errors). A rising "
+                 "reward or full-fix line is learning; a flat one is not. Below: each run's base → SFT → SFT+GRPO table."),
     "failures": ("**Why episodes fail.** For each slice, the share of graded episodes solved or failed in each "
                  "way (no patch, over-restriction, wrong site ...); every bar sums to 100%."),
 }
@@ -108,12 +109,15 @@ def serving_weights(hub: SessionHub) -> dict[str, Any] | None:
 
 def set_info(rollout_set: artifact_sets.RolloutSet) -> data.SetInfo:
     """How the leaderboard treats a set: the oracle is validation; a training run's own rollouts (no
-    evaluation summary: training scenarios, not held-out ones) are listed, not ranked."""
+    evaluation summary: training scenarios, not held-out ones) and its stages evaluated on the
+    scenarios it trained on are listed, not ranked."""
     standing, note = "ranked", ""
     if rollout_set.kind == "validation":
         standing, note = "validation", "validation: plays the reference fix"
     elif rollout_set.kind == "trained" and not rollout_set.evaluated:
         standing, note = "unranked", "training rollouts, not a held-out evaluation"
+    elif artifact_sets.plays_learned_scenarios(rollout_set):
+        standing, note = "unranked", "the scenarios its run trained on, not a held-out evaluation"
     return data.SetInfo(label=rollout_set.label, kind=rollout_set.kind, caveat=rollout_set.caveat,
                         standing=standing, note=note)
 
@@ -157,8 +161,9 @@ def _who(row: Any) -> str:
     return f"**{safe.markdown(row['name'])}**{where}"
 
 
-def headline_markdown(board: pd.DataFrame, humans: dict[str, Any], scripted: set[str]) -> str:
-    """The headline card: :data:`INTRO`, then the best agent, the human players and the validation run,
+def headline_markdown(board: pd.DataFrame, humans: dict[str, Any], scripted: set[str], learning: str = "") -> str:
+    """The headline card: :data:`INTRO`, then the best agent, what training did (``learning``:
+    :func:`ui.stages_view.learning_line`, already escaped), the human players and the validation run,
     from ``board`` (:func:`ui.data.leaderboard_table` over every set) and ``humans``
     (:func:`ui.data.pooled_stats` over every human episode). ``scripted`` names the sets played by a
     scripted baseline. Every name is escaped: sets are folders and players name themselves."""
@@ -183,6 +188,8 @@ def headline_markdown(board: pd.DataFrame, humans: dict[str, Any], scripted: set
         elif best["caveat"]:
             text += f" Caveat: {safe.markdown(best['caveat'])}."
         lines.append(text)
+    if learning:
+        lines.append(learning)
     if not humans["graded"]:
         lines.append("**Human players:** no human episodes yet: play one in the Play tab.")
     else:
@@ -329,9 +336,10 @@ class DashboardController:
             frame = self.frame(names, sets)
             humans = frame[frame["set"].isin([n for n, s in sets.items() if s.kind == "human"])]
             scripted = {n for n in sets if n.rsplit("/", 1)[-1] in SCRIPTED}
-            return headline_markdown(self.board(names, sets), data.pooled_stats(humans), scripted)
+            learning = stages_view.learning_line(stages_view.read_stage_tables(self.artifacts))
+            return headline_markdown(self.board(names, sets), data.pooled_stats(humans), scripted, learning)
 
-        return self._memo(("headline", self._key(names, sets)), compute)
+        return self._memo(("headline", self._key(names, sets), stages_view.files_version(self.artifacts)), compute)
 
     def on_open(self, seen: str | None, names: list[str] | None, dimension: str, metric: str, base: str | None,
                 other: str | None, delta_metric: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The dashboard's training-curves panel: every training run's metrics over GRPO steps.
+"""The dashboard's training panel: every training run's metrics over its steps, and the three-stage tables.
 
 The curves are read from the Trackio databases a training run writes (``artifacts/trackio/*.db``,
 through :func:`envcore.training.metrics.read_metrics`, read-only, without importing Trackio) and
@@ -6,7 +6,10 @@ drawn by :func:`ui.charts.training_chart`: reward, the environment's full-fix an
 the format-error rate, episode length and each reward component, one line per run, several runs at
 once. Beside them, each run's own summary (``artifacts/training/<run>/training.json``): seconds
 per GRPO step, the environment's share of step time, and the run's description (the shipped tiny
-run says it is a pipeline demonstration, not a skilled agent).
+run says it is a pipeline demonstration, not a skilled agent). A run with an SFT stage logs it to
+Trackio as ``<run>-sft`` (its loss and token accuracy over SFT steps) beside the GRPO run, so both
+stages' curves are drawn together; under them, every run's base → SFT → SFT+GRPO table
+(:mod:`ui.stages_view`).
 
 The table is cached per database version (path, modification time, size), so a run still writing
 its database shows new steps on the next refresh.
@@ -24,9 +27,11 @@ import gradio as gr
 import pandas as pd
 
 from envcore.training.metrics import metric_names, read_metrics
-from ui import charts, safe
+from ui import charts, safe, stages_view
 
-DEFAULT_METRICS = ("env/reward", "env/full_fix", "env/partial", "env/format_error_rate")
+DEFAULT_METRICS = ("env/reward", "env/full_fix", "env/format_error_rate", "loss")
+"""GRPO's reward, full-fix and format-error rates, and SFT's loss: both stages of a run, drawn at once."""
+SFT_SUFFIX = "-sft"
 CHART_ENTRIES = 32
 NO_RUNS = ("No training run has been recorded yet: curves (reward, reward components and solve rates over steps) are "
            "drawn here from the Trackio database a training run writes under `artifacts/trackio/` "
@@ -77,10 +82,13 @@ class TrainingPanel:
         lines = []
         for label in runs:
             rows = frame[frame["label"] == label]
-            run = rows["run"].iloc[0] if len(rows) else label
+            run = str(rows["run"].iloc[0] if len(rows) else label)
+            if run.endswith(SFT_SUFFIX):
+                lines.append(self._sft_note(label, run, rows))
+                continue
             steps = rows[rows["metric"].isin(("reward", "env/reward"))]["step"].nunique()
             line = f"- **{safe.markdown(label)}**: {steps} GRPO steps logged"
-            summary = self._training_summary(str(run))
+            summary = self._training_summary(run)
             if summary:
                 timing = summary.get("timing", {})
                 if timing.get("steps"):
@@ -91,6 +99,19 @@ class TrainingPanel:
                     line += f". {safe.markdown(description)}"
             lines.append(line)
         return "\n".join(lines)
+
+    def _sft_note(self, label: str, run: str, rows: pd.DataFrame) -> str:
+        """The SFT stage of run ``<run>`` (logged as ``<run>-sft``): steps, loss and seconds per step."""
+        steps = rows[rows["metric"] == "loss"]["step"].nunique()
+        line = f"- **{safe.markdown(label)}**: the SFT stage, {steps} steps logged"
+        summary = self._training_summary(run[: -len(SFT_SUFFIX)]) or {}
+        sft = (summary.get("stages") or {}).get("sft") or {}
+        try:
+            line += safe.markdown(f"; {int(sft['demonstrations'])} demonstrations, loss {float(sft['loss_first']):.3f} -> "
+                                  f"{float(sft['loss_last']):.3f}, {float(sft['seconds_per_step']):.2f} s per step")
+        except (KeyError, TypeError, ValueError):
+            pass
+        return line
 
     def _training_summary(self, run: str) -> dict[str, Any] | None:
         path = self.artifacts / "training" / run / "training.json"
@@ -118,6 +139,9 @@ class TrainingPanel:
             return {"train_curves": charts.empty_figure(message), "train_text": message}
         figure = self.chart(runs, list(metrics), all_runs)
         text = f"Training runs from `artifacts/trackio` ({len(runs)} shown):\n\n{self.run_notes(runs)}"
+        tables = stages_view.read_stage_tables(self.artifacts)
+        if tables:
+            text += "\n\n" + stages_view.stages_markdown(tables)
         return {"train_curves": figure, "train_text": text}
 
 
@@ -151,5 +175,5 @@ def build(caption: str = "") -> dict[str, Any]:
     with gr.Row():
         c["train_runs"] = gr.CheckboxGroup([], label="Runs", elem_id="dash-train-runs")
         c["train_metrics"] = gr.Dropdown([], multiselect=True, label="Metrics", elem_id="dash-train-metrics")
-    c["train_curves"] = gr.Plot(label="Training metrics over GRPO steps", elem_id="dash-training-curves")
+    c["train_curves"] = gr.Plot(label="Training metrics over steps (SFT and GRPO)", elem_id="dash-training-curves")
     return c

@@ -69,7 +69,11 @@ ORDINALS = {"left": "First set", "right": "Second set"}
 CAVEATS = {artifact_sets.PIPELINE_CHECK: (
     "**Pipeline check, not a skilled agent.** This model is far too small to play the game (under "
     f"{artifact_sets.PIPELINE_CHECK_PARAMETERS // 1_000_000} million parameters): its episodes show that "
-    "the pipeline runs end to end, not what training can teach.")}
+    "the pipeline runs end to end, not what training can teach."),
+    artifact_sets.SMALL_STAGE: (
+    "**A tiny model taught a few apps.** A stage of a run that trained a model of under "
+    f"{artifact_sets.PIPELINE_CHECK_PARAMETERS // 1_000_000} million parameters from scratch on a handful of "
+    "scenarios: on those it can repair what it was shown; on apps it has not seen it is expected to fail.")}
 """What a set's caveat means, shown above its side (a caveat not listed here is shown as it is)."""
 ATTEMPT_CHOICES = 200
 """At most this many attempts (the newest) are listed per scenario; older ones open by link."""

@@ -49,12 +49,17 @@ def unpack_log(out: Path) -> Path:
 def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test", n: int | None = None,
                   llm: LLMOptions = LLMOptions(), name: str | None = None, parallel: int = 1,
                   urls: list[str] | None = None, max_steps: int | None = None, compress: bool = False,
-                  progress: Callable[[int], None] | None = None, title: str | None = None) -> EvaluationRun:
-    """Evaluate ``agent`` into ``out``; see the module docstring."""
+                  progress: Callable[[int], None] | None = None, title: str | None = None,
+                  scenarios: list[str] | None = None) -> EvaluationRun:
+    """Evaluate ``agent`` into ``out``; see the module docstring. ``scenarios`` (ids) replaces the
+    split's first ``n``: exactly those, sorted, one episode each."""
     from envcore.env.episode_log import read_episodes
 
     split_filter = None if split == "any" else split
-    episodes = evaluation_episodes(cache, split=split_filter, n=n)
+    if scenarios is not None:
+        episodes = [EpisodeSpec.of(index, scenario=sid) for index, sid in enumerate(sorted(set(scenarios)))]
+    else:
+        episodes = evaluation_episodes(cache, split=split_filter, n=n)
     if not episodes:
         raise EvaluationError(f"no scenarios in split {split!r} of {cache.root}")
     if max_steps is not None:

@@ -12,6 +12,7 @@ GRPO) on a CPU in seconds. It plays like noise: a real model is a user's configu
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -42,8 +43,14 @@ def _corpus() -> list[str]:
 
 
 def build_tiny_model(out: str | Path, *, seed: int = 0, vocab_size: int = 640, hidden_size: int = 64,
-                     layers: int = 2, context_tokens: int = 8192) -> Path:
-    """Build the tokenizer and a random-weight model into ``out``; return the folder."""
+                     layers: int = 2, context_tokens: int = 8192, heads: int = 4, kv_heads: int = 2,
+                     intermediate_size: int | None = None, corpus: Iterable[str] | None = None,
+                     readme: str | None = None) -> Path:
+    """Build the tokenizer and a random-weight model into ``out``; return the folder.
+
+    ``corpus`` (default: a few strings of prompts, actions and code) is what the tokenizer's BPE merges
+    are learned from; a model trained from scratch passes its demonstrations, so its vocabulary is
+    that of the apps and actions it will read and write."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -55,15 +62,15 @@ def build_tiny_model(out: str | Path, *, seed: int = 0, vocab_size: int = 640, h
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    core.train_from_iterator(_corpus(), trainer)
+    core.train_from_iterator(_corpus() if corpus is None else corpus, trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|pad|>", bos_token="<|im_start|>",
                                         eos_token="<|im_end|>", model_max_length=context_tokens)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size or hidden_size * 2,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
         max_position_embeddings=context_tokens, tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
     )
@@ -72,7 +79,7 @@ def build_tiny_model(out: str | Path, *, seed: int = 0, vocab_size: int = 640, h
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
-    (out / "README.md").write_text(
+    (out / "README.md").write_text(readme or
         "# tiny-random-llm\n\nA two-layer Llama chat model with **random weights** and a byte-level BPE tokenizer "
         f"trained on a few strings (seed {seed}), built by `python -m envcore tiny-model --out {out.name}`. "
         "It exercises the language-model path of the A01 repair gym (chat template, generation, reply "

@@ -69,15 +69,41 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _check(config: Any) -> int:
-    from envcore.cache import ScenarioCache
+    from pathlib import Path
+
+    from envcore.cache import CacheError, ScenarioCache
     from envcore.training.pipeline import curriculum_sampler, draw_episodes
 
-    cache = ScenarioCache.open(config.environment.cache)
+    stages = []
+    if config.model.scratch is not None:
+        s = config.model.scratch
+        stages.append(f"model built from scratch into {config.model.name_or_path} ({s.layers} layers of {s.hidden_size}, "
+                      f"a {s.vocab_size}-token tokenizer trained on the demonstrations)")
+    demos_ready = True
+    if config.sft is not None:
+        demos = Path(config.sft.demos) / "demos.jsonl"
+        if demos.is_file():
+            with demos.open(encoding="utf-8") as handle:
+                count = sum(1 for line in handle if line.strip())
+            stages.append(f"SFT on {count} demonstrations in {config.sft.demos} -> {config.sft_dir}")
+        else:
+            demos_ready = False
+            stages.append(f"SFT on {config.sft.demos}: not written yet (python -m envcore demos --out {config.sft.demos} ...)")
     try:
-        keys = draw_episodes(config, curriculum_sampler(config, cache))
-    except ValueError as exc:
-        raise SystemExit(f"invalid config: {exc}") from None
-    tiers = {t: sum(1 for k in keys if k.tier == t) for t in (1, 2, 3)}
-    print(f"{config.name}: config valid; {len(keys)} episode groups ({', '.join(f'tier {t}: {n}' for t, n in tiers.items() if n)}), "
-          f"{config.grpo.max_steps} steps of {config.grpo.generation_batch} episodes; adapter -> {config.adapter_dir}")
+        cache = ScenarioCache.open(config.environment.cache)
+    except CacheError as exc:
+        raise SystemExit(f"invalid config: environment.cache: {exc}") from None
+    if config.grpo.max_steps:
+        try:
+            keys = draw_episodes(config, curriculum_sampler(config, cache)) if demos_ready or config.episodes.scenarios != "demos" else []
+        except ValueError as exc:
+            raise SystemExit(f"invalid config: {exc}") from None
+        tiers = {t: sum(1 for k in keys if k.tier == t) for t in (1, 2, 3)}
+        drawn = (f"{len(keys)} episode groups ({', '.join(f'tier {t}: {n}' for t, n in tiers.items() if n)})" if keys
+                 else "episode groups drawn once the demonstrations exist")
+        stages.append(f"GRPO: {drawn}, {config.grpo.max_steps} steps of {config.grpo.generation_batch} episodes; "
+                      f"adapter -> {config.adapter_dir}")
+    print(f"{config.name}: config valid")
+    for line in stages:
+        print(f"  {line}")
     return 0

@@ -236,3 +236,26 @@ def compute_reward(x: RewardInputs) -> RewardBreakdown:
         gates={"app_loads": _app_loads(x), "legit_use_kept": _legit_use_kept(x),
                **({"guards_hold": _guards_hold(x)} if guarded else {})},
     )
+
+
+def reward_configuration() -> dict[str, object]:
+    """What the reward is, as data a training run records: every weight and cost, the terms in
+    order, and the SHA-256 of this module's source (a change to how a term is computed changes the
+    configuration even when no constant moved)."""
+    import hashlib
+    from pathlib import Path
+
+    constants = {name: globals()[name] for name in (
+        "LOAD_FAILURE", "BROKEN_USE_WEIGHT", "GUARD_BROKEN_WEIGHT", "STEP_COST_MAX", "INVALID_ACTION_COST",
+        "INVALID_ACTION_COST_MAX", "DIFF_COST_MAX", "BUDGET_EXHAUSTED_COST")}
+    return {"constants": constants, "components": [*COMPONENTS, GUARD_COMPONENT[0], "hints"], "range": [-1.0, 1.0],
+            "source_sha256": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+
+
+def reward_configuration_hash(configuration: dict[str, object] | None = None) -> str:
+    """SHA-256 (first 16 hex digits) of the canonical JSON of :func:`reward_configuration`."""
+    import hashlib
+    import json
+
+    data = reward_configuration() if configuration is None else configuration
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]

@@ -8,7 +8,11 @@ commands). ``{name}`` in an output path is replaced by the run's name.
 Sections:
 
 * ``model``: the base model (folder or hub name), its dtype and an optional chat-template override;
+  with ``scratch``, a small model built from nothing into that folder, its tokenizer trained on the
+  demonstrations;
 * ``lora``: the PEFT LoRA adapter that is trained (rank, alpha, dropout, target modules);
+* ``sft`` (optional): the supervised stage on verified demonstrations that runs first; GRPO then
+  starts from its weights (``output.sft_dir``);
 * ``episodes``: how episodes are played during training: split, per-episode step budget, tokens per
   turn, the completion budget (model and environment tokens of one episode together), and the
   curriculum (stages of tiers, in order, each with a number of episode groups);
@@ -35,6 +39,27 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ScratchSection(_Section):
+    """A Llama-style model with random weights and a byte-level BPE tokenizer trained on the SFT
+    demonstrations (the generated apps as the agent reads them, and its actions)."""
+
+    vocab_size: int = Field(default=4096, ge=300, le=65536)
+    hidden_size: int = Field(default=256, ge=16)
+    layers: int = Field(default=4, ge=1)
+    heads: int = Field(default=4, ge=1)
+    kv_heads: int = Field(default=2, ge=1)
+    intermediate_size: int | None = None
+    """Default: 2 x hidden_size (SwiGLU)."""
+    context_tokens: int = Field(default=8192, ge=256)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _heads(self) -> "ScratchSection":
+        if self.hidden_size % self.heads or self.heads % self.kv_heads:
+            raise ValueError("hidden_size must be a multiple of heads, and heads a multiple of kv_heads")
+        return self
+
+
 class ModelSection(_Section):
     name_or_path: str = Field(min_length=1)
     """A local folder or a hub name (hub names need network access when the run starts)."""
@@ -43,6 +68,9 @@ class ModelSection(_Section):
     chat_template: str | None = None
     """A Jinja chat template that replaces the tokenizer's (it must be prefix-preserving; see
     :mod:`envcore.training.turns`)."""
+    scratch: ScratchSection | None = None
+    """Build the model from nothing into ``name_or_path`` (needs ``sft``: its demonstrations train the
+    tokenizer, and a random model must be taught before GRPO)."""
 
 
 class LoraSection(_Section):
@@ -71,6 +99,9 @@ class EpisodesSection(_Section):
     seed: int = Field(default=0, ge=0)
     bug_classes: list[str] | None = None
     """Only these bug classes (default: all)."""
+    scenarios: list[str] | Literal["demos"] | None = None
+    """Only these scenarios (ids or unique prefixes, all in ``split``); ``demos``: those of the SFT
+    stage's demonstrations (learn them, then practise them)."""
 
 
 class EnvironmentSection(_Section):
@@ -94,7 +125,8 @@ class GrpoSection(_Section):
     num_generations: int = Field(default=8, ge=2)
     per_device_train_batch_size: int = Field(default=8, ge=1)
     gradient_accumulation_steps: int = Field(default=1, ge=1)
-    max_steps: int = Field(default=200, ge=1)
+    max_steps: int = Field(default=200, ge=0)
+    """GRPO steps (0: no GRPO stage; with ``sft``, an SFT-only run)."""
     learning_rate: float = Field(default=1e-5, gt=0)
     temperature: float = Field(default=1.0, gt=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
@@ -131,6 +163,27 @@ class GrpoSection(_Section):
         return self.per_device_train_batch_size * steps
 
 
+class SftSection(_Section):
+    demos: str = Field(min_length=1)
+    """A demonstrations folder written by ``python -m envcore demos`` (``demos.jsonl``)."""
+    lora: bool = True
+    """LoRA (the ``lora`` section), merged into the weights afterwards; ``false``: full fine-tuning
+    (what a model trained from scratch needs)."""
+    epochs: float = Field(default=3.0, gt=0)
+    max_steps: int = Field(default=0, ge=0)
+    """Optimizer steps (0: ``epochs`` decides)."""
+    per_device_train_batch_size: int = Field(default=4, ge=1)
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    learning_rate: float = Field(default=2e-4, gt=0)
+    lr_scheduler_type: str = "cosine"
+    warmup_steps: int = Field(default=0, ge=0)
+    max_length: int = Field(default=8192, ge=16)
+    """Tokens of one demonstration; longer ones are left out (and counted), never cut."""
+    seed: int = 0
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Any other ``SFTConfig`` field, passed through as is."""
+
+
 class TrackingSection(_Section):
     project: str = "a01-repair-gym"
     dir: str = "artifacts/trackio"
@@ -141,16 +194,29 @@ class TrackingSection(_Section):
 
 class OutputSection(_Section):
     adapter_dir: str = "artifacts/adapters/{name}"
+    sft_dir: str = "artifacts/models/{name}-sft"
+    """The model after the SFT stage (a plain model folder; the GRPO adapter's base)."""
     run_dir: str = "artifacts/training/{name}"
     """The run's training episode log, timing summary, resolved config and evaluation."""
     overwrite: bool = False
     """Replace an existing run of the same name: its adapter folder, its run folder and its Trackio run."""
 
 
+class EvaluationSlice(_Section):
+    split: str = Field(min_length=1)
+    """A split of the cache (``test``, ``test_styles``, ``external`` ...), or ``trained``: the train
+    scenarios the run's demonstrations and GRPO episodes came from."""
+    n: int | None = Field(default=None, ge=1)
+    """The first ``n`` scenarios by id (all when ``None``)."""
+
+
 class EvaluationSection(_Section):
     enabled: bool = True
     split: str = "test"
     n: int = Field(default=64, ge=1)
+    stages: list[EvaluationSlice] = Field(default_factory=list)
+    """Slices on which every stage (base, SFT, SFT+GRPO) is evaluated for the three-stage table
+    (runs with an ``sft`` section); empty: ``split`` and ``n`` above."""
     max_steps: int = Field(default=30, ge=1, le=200)
     max_new_tokens: int = Field(default=512, ge=1)
     parallel: int = Field(default=4, ge=1)
@@ -168,6 +234,7 @@ class TrainConfig(_Section):
     episodes: EpisodesSection
     environment: EnvironmentSection = EnvironmentSection()
     grpo: GrpoSection = GrpoSection()
+    sft: SftSection | None = None
     tracking: TrackingSection = TrackingSection()
     output: OutputSection = OutputSection()
     evaluation: EvaluationSection = EvaluationSection()
@@ -179,12 +246,25 @@ class TrainConfig(_Section):
                              f"episodes.completion_budget ({self.episodes.completion_budget})")
         return self
 
+    @model_validator(mode="after")
+    def _stages(self) -> "TrainConfig":
+        if self.model.scratch is not None and self.sft is None:
+            raise ValueError("model.scratch needs an sft section: a model built from nothing is taught from "
+                             "demonstrations (which also train its tokenizer) before GRPO")
+        if self.sft is None and self.grpo.max_steps == 0:
+            raise ValueError("nothing to train: grpo.max_steps is 0 and there is no sft section")
+        return self
+
     def path(self, template: str) -> Path:
         return Path(template.replace("{name}", self.name))
 
     @property
     def adapter_dir(self) -> Path:
         return self.path(self.output.adapter_dir)
+
+    @property
+    def sft_dir(self) -> Path:
+        return self.path(self.output.sft_dir)
 
     @property
     def run_dir(self) -> Path:

@@ -52,15 +52,41 @@ class EpisodeKey:
 
 
 def episode_keys(sampler: CurriculumSampler, curriculum: list[Any], *, split: str | None, seed: int = 0,
-                 bug_classes: list[str] | None = None) -> list[EpisodeKey]:
-    """One key per group of every stage of ``curriculum`` (items with ``tiers`` and ``groups``), in order."""
+                 bug_classes: list[str] | None = None, scenarios: list[str] | None = None) -> list[EpisodeKey]:
+    """One key per group of every stage of ``curriculum`` (items with ``tiers`` and ``groups``), in order.
+    ``scenarios`` (ids or unique prefixes) limits the draws to those, each once per round of
+    ``len(scenarios)`` groups (in a seeded order); each must be in ``split``."""
     rng = random.Random(seed)
     keys: list[EpisodeKey] = []
+    pool: list[Any] | None = None
+    queue: list[Any] = []
+    if scenarios is not None:
+        pool = []
+        for name in scenarios:
+            try:
+                sid = sampler.cache.resolve(name)
+            except KeyError as exc:
+                raise ValueError(f"episodes.scenarios: {exc.args[0] if exc.args else exc}") from None
+            if split is not None and sampler.cache.split_of(sid) != split:
+                raise ValueError(f"episodes.scenarios: {sid} is in the {sampler.cache.split_of(sid)} split, not {split}")
+            pool.append(sampler.bundle(sid))
     for number, stage in enumerate(curriculum, 1):
         for _ in range(stage.groups):
             tier = rng.choice(list(stage.tiers))
             bug_class = rng.choice(bug_classes) if bug_classes else None
             draw = rng.randrange(2**31)
+            if pool is not None:
+                chosen = [b for b in pool if b.tier in stage.tiers and (not bug_classes or b.bug_class in bug_classes)]
+                if not chosen:
+                    raise ValueError(f"curriculum stage {number} (tiers {list(stage.tiers)}): none of episodes.scenarios "
+                                     "is of these tiers")
+                # each scenario once per round, in a fresh order each round: consecutive groups cover the
+                # pool evenly, so GRPO steps over the same scenarios are comparable
+                if not queue or queue[0] not in chosen:
+                    queue[:] = rng.sample(chosen, len(chosen))
+                bundle = queue.pop(0)
+                keys.append(EpisodeKey(bundle.scenario_id, draw, bundle.tier))
+                continue
             try:
                 bundle, used = sampler.choose(seed=draw, split=split, tier=tier, bug_class=bug_class)
             except NoScenario as exc:

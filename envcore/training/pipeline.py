@@ -1,4 +1,5 @@
-"""``train(config)``: GRPO + LoRA against the environment, then the held-out evaluation of the adapter.
+"""``train(config)``: optionally SFT on verified demonstrations, then GRPO + LoRA against the
+environment, then the held-out evaluation of every stage.
 
 The steps, in order (each fails early with a clear message):
 
@@ -9,18 +10,26 @@ The steps, in order (each fails early with a clear message):
    whether it can hold its share of the batch's sessions, and whether it serves the same cache,
    before anything is written (a run that cannot start leaves nothing behind).
 3. **Episodes**: the curriculum's episode keys (:mod:`envcore.training.episodes`).
-4. **Model**: the base model and tokenizer (left padding; the tokenizer's chat template or the
-   config's), wrapped by TRL with the LoRA ``peft_config``.
-5. **GRPO**: ``GRPOTrainer`` with :class:`~envcore.training.rollout.EpisodeRollout` as its
-   ``rollout_func`` and :func:`~envcore.training.rollout.environment_reward` as its reward, reporting
-   to Trackio; :class:`~envcore.training.metrics.StepTimer` times every step.
-6. **Adapter**: saved in PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``) with
+4. **Model**: the base model and tokenizer; with ``model.scratch``, first built from nothing
+   (:func:`envcore.agents.tiny_model.build_tiny_model`, its tokenizer trained on the demonstrations).
+5. **SFT** (``sft`` section): :func:`envcore.training.sft.run_sft` on the demonstrations, Trackio run
+   ``<name>-sft``; the result is a plain model folder (``output.sft_dir``) that GRPO starts from.
+6. **GRPO** (``grpo.max_steps`` > 0): ``GRPOTrainer`` with
+   :class:`~envcore.training.rollout.EpisodeRollout` as its ``rollout_func`` and
+   :func:`~envcore.training.rollout.environment_reward` as its reward, LoRA on the SFT weights (or
+   on the base model), reporting to Trackio as run ``<name>``; :class:`~envcore.training.metrics.StepTimer`
+   times every step.
+7. **Adapter**: saved in PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``) with
    the tokenizer, the resolved config (``train_config.yaml``) and a model card, in ``output.adapter_dir``.
-7. **Summary**: ``<run_dir>/training.json`` (seconds per step, the environment's share, the metrics
-   of the last step) and the same figures printed.
-8. **Evaluation** (``evaluation.enabled``): the adapter, and the base model alone, on the same
-   held-out scenarios (``<run_dir>/eval/trained`` and ``eval/base``), then paired comparisons with the
-   base model and with every configured baseline run (``<run_dir>/comparison.md`` and ``.json``).
+8. **Summary**: ``<run_dir>/training.json``: both stages' figures (SFT loss and seconds per step;
+   GRPO seconds per step, the environment's share, the reward and zero-spread share at the first and
+   last steps), the reward configuration and its hash (:func:`envcore.env.reward.reward_configuration`;
+   the hash is also in both Trackio runs' config), and the same figures printed.
+9. **Evaluation** (``evaluation.enabled``): with an ``sft`` section, the three-stage table
+   (:mod:`envcore.training.stages`: base, SFT and SFT+GRPO on every configured slice, ``stages.md``
+   and ``stages.json``); otherwise the adapter and the base model on the same held-out scenarios
+   (``<run_dir>/eval/trained`` and ``eval/base``), then paired comparisons with the base model and
+   with every configured baseline run (``<run_dir>/comparison.md`` and ``.json``).
 """
 
 from __future__ import annotations
@@ -82,9 +91,21 @@ def forget_run(project: str, run: str) -> None:
 
 
 def model_agent_id(config: TrainConfig, *, adapter: bool) -> str:
-    """How the run's model is named in episode logs: ``llm:<model>``, ``+<run name>`` with the adapter."""
+    """How the run's model is named in episode logs: ``llm:<model>``, ``+<run name>`` with the adapter
+    (the model being the SFT stage's when the run has one)."""
+    return stage_agent_id(config, "grpo" if adapter else "base")
+
+
+def stage_agent_id(config: TrainConfig, stage: str) -> str:
+    """The agent id of one stage's model: ``base`` (``llm:<model>``), ``sft`` (``llm:<sft folder>``) or
+    ``grpo`` (the GRPO adapter on the SFT model, or on the base model without SFT)."""
     base = f"llm:{Path(config.model.name_or_path).name}"
-    return f"{base}+{config.name}" if adapter else base
+    sft = f"llm:{config.sft_dir.name}"
+    if stage == "base":
+        return base
+    if stage == "sft":
+        return sft
+    return f"{sft if config.sft is not None else base}+{config.name}"
 
 
 def curriculum_sampler(config: TrainConfig, cache: Any) -> Any:
@@ -100,8 +121,15 @@ def draw_episodes(config: TrainConfig, sampler: Any) -> list[Any]:
     from envcore.training.episodes import episode_keys
 
     split = None if config.episodes.split == "any" else config.episodes.split
+    scenarios = config.episodes.scenarios
+    if scenarios == "demos":
+        from envcore.training.demos import read_demos
+
+        if config.sft is None:
+            raise ValueError("episodes.scenarios: demos needs an sft section")
+        scenarios = sorted({d.scenario_id for d in read_demos(config.sft.demos)})
     return episode_keys(sampler, config.episodes.curriculum, split=split, seed=config.episodes.seed,
-                        bug_classes=config.episodes.bug_classes)
+                        bug_classes=config.episodes.bug_classes, scenarios=scenarios)
 
 
 def check_servers(config: TrainConfig, cache: Any) -> None:
@@ -203,7 +231,7 @@ Evaluate it with `python -m envcore eval --agent transformers --adapter <this fo
 """
 
 
-def save_adapter(trainer: Any, tokenizer: Any, config: TrainConfig, folder: Path) -> None:
+def save_adapter(trainer: Any, tokenizer: Any, config: TrainConfig, folder: Path, *, base: str | None = None) -> None:
     if folder.exists():
         if not config.output.overwrite:
             raise TrainingError(f"{folder} exists; set output.overwrite: true or choose another name")
@@ -214,7 +242,7 @@ def save_adapter(trainer: Any, tokenizer: Any, config: TrainConfig, folder: Path
     (folder / "train_config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     curriculum = "; ".join(f"tiers {list(s.tiers)} x {s.groups} groups" for s in config.episodes.curriculum)
     (folder / "README.md").write_text(MODEL_CARD.format(
-        base=config.model.name_or_path, name=config.name, description=config.description.strip(),
+        base=base or config.model.name_or_path, name=config.name, description=config.description.strip(),
         steps=config.grpo.max_steps, batch=config.grpo.generation_batch, num_generations=config.grpo.num_generations,
         split=config.episodes.split, max_steps=config.episodes.max_steps, max_new_tokens=config.episodes.max_new_tokens,
         budget=config.episodes.completion_budget, curriculum=curriculum))
@@ -234,20 +262,127 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
     """Run the whole pipeline of the module docstring; return where things went and the figures."""
     use_tracking_dir(config.tracking.dir)
     from envcore.cache import ScenarioCache
-    from envcore.training.episodes import episode_dataset
+    from envcore.env.reward import reward_configuration, reward_configuration_hash
 
     run_dir = config.run_dir
-    if config.adapter_dir.exists() and not config.output.overwrite:
+    if config.adapter_dir.exists() and not config.output.overwrite and config.grpo.max_steps:
         raise TrainingError(f"{config.adapter_dir} exists; set output.overwrite: true or choose another name")
+    if config.sft is not None and config.sft_dir.exists() and not config.output.overwrite:
+        raise TrainingError(f"{config.sft_dir} exists; set output.overwrite: true or choose another name")
     if run_dir.exists() and any(run_dir.iterdir()) and not config.output.overwrite:
         raise TrainingError(f"{run_dir} exists and is not empty; set output.overwrite: true or choose another name")
+    if config.sft is not None and not (Path(config.sft.demos) / "demos.jsonl").is_file():
+        raise TrainingError(f"sft.demos: no demos.jsonl in {config.sft.demos}; write one with python -m envcore demos")
     cache = ScenarioCache.open(config.environment.cache)
     check_servers(config, cache)  # a run that cannot start writes nothing
     if config.output.overwrite:
         if run_dir.exists():
             shutil.rmtree(run_dir)
         forget_run(config.tracking.project, config.name)
+        forget_run(config.tracking.project, f"{config.name}-sft")
     run_dir.mkdir(parents=True, exist_ok=True)
+    reward = reward_configuration()
+    reward_hash = reward_configuration_hash(reward)
+    say(f"reward configuration {reward_hash} (recorded in training.json and the Trackio runs)")
+    summary: dict[str, Any] = {"name": config.name, "model": config.model.name_or_path,
+                               "reward_configuration": reward, "reward_configuration_hash": reward_hash,
+                               "trackio": {"dir": config.tracking.dir, "project": config.tracking.project,
+                                           "runs": []},
+                               "config": config.model_dump(mode="json"), "stages": {}}
+
+    if config.model.scratch is not None:
+        build_scratch_model(config, say=say)
+    grpo_base = config.model.name_or_path
+    if config.sft is not None:
+        from envcore.training.sft import run_sft
+
+        sft = run_sft(config, say=say, reward_hash=reward_hash)
+        summary["stages"]["sft"] = sft.figures
+        summary["trackio"]["runs"].append(f"{config.name}-sft")
+        grpo_base = str(config.sft_dir)
+
+    result = TrainingResult(config.adapter_dir if config.grpo.max_steps else config.sft_dir, run_dir, {}, {})
+    keys: list[Any] = []
+    if config.grpo.max_steps:
+        timing, metrics, keys = _grpo(config, cache, grpo_base, run_dir, reward_hash, say)
+        result.timing, result.last_metrics = timing, metrics
+        summary["stages"]["grpo"] = {"timing": timing, "last_metrics": metrics, "base": grpo_base,
+                                     "adapter": str(config.adapter_dir), **grpo_figures(run_dir)}
+        summary["trackio"]["runs"].append(config.name)
+        # the keys of the old layout, for readers of earlier runs' training.json
+        summary |= {"adapter": str(config.adapter_dir), "timing": timing, "last_metrics": metrics}
+    (run_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if config.evaluation.enabled:
+        if config.sft is not None:
+            from envcore.training.stages import evaluate_stages, trained_scenarios
+
+            result.evaluation = evaluate_stages(config, cache, trained_scenarios(config, keys), say=say)
+        else:
+            result.evaluation = evaluate_adapter(config, cache, say=say)
+    return result
+
+
+def build_scratch_model(config: TrainConfig, *, say: Say = _print) -> Path:
+    """``model.scratch``: a random-weight model and a tokenizer trained on the SFT demonstrations, built
+    into ``model.name_or_path`` (kept when it is there and ``output.overwrite`` is off)."""
+    from envcore.agents.tiny_model import build_tiny_model
+    from envcore.training.demos import read_demos
+
+    spec, out = config.model.scratch, Path(config.model.name_or_path)
+    assert spec is not None and config.sft is not None
+    if (out / "config.json").is_file() and not config.output.overwrite:
+        say(f"model: {out} (built from scratch earlier)")
+        return out
+    if out.exists():
+        shutil.rmtree(out)
+    corpus = [m["content"] for demo in read_demos(config.sft.demos) for m in demo.messages]
+    build_tiny_model(out, seed=spec.seed, vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, layers=spec.layers,
+                     heads=spec.heads, kv_heads=spec.kv_heads, intermediate_size=spec.intermediate_size,
+                     context_tokens=spec.context_tokens, corpus=corpus, readme=(
+                         f"# {out.name}\n\nA {spec.layers}-layer Llama chat model with **random weights** (seed "
+                         f"{spec.seed}), its byte-level BPE tokenizer ({spec.vocab_size} tokens) trained on the "
+                         f"demonstrations in `{config.sft.demos}`: the base of the `{config.name}` run, before SFT.\n"))
+    from transformers import AutoConfig
+
+    parameters = _parameters(AutoConfig.from_pretrained(out))
+    say(f"model: built from scratch into {out}: {parameters / 1e6:.1f}M parameters, tokenizer of {spec.vocab_size} "
+        f"tokens trained on {len(corpus)} turns of demonstrations")
+    return out
+
+
+def _parameters(model_config: Any) -> int:
+    h, v, layers = model_config.hidden_size, model_config.vocab_size, model_config.num_hidden_layers
+    kv = h // model_config.num_attention_heads * model_config.num_key_value_heads
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * model_config.intermediate_size + 2 * h
+    return v * h + layers * per_layer + h
+
+
+def grpo_figures(run_dir: Path) -> dict[str, Any]:
+    """The GRPO curve's ends from the run's logged metrics: reward, full-fix share, format errors and
+    the share of zero-spread groups at the first and last steps, and over all steps."""
+    path = run_dir / "grpo_log.json"
+    if not path.is_file():
+        return {}
+    rows = [r for r in json.loads(path.read_text()) if "env/reward" in r]
+    if not rows:
+        return {}
+
+    def ends(key: str) -> dict[str, float]:
+        values = [float(r[key]) for r in rows if key in r]
+        if not values:
+            return {}
+        return {"first": values[0], "last": values[-1], "mean": sum(values) / len(values)}
+
+    return {"steps_logged": len(rows), "reward": ends("env/reward"), "full_fix": ends("env/full_fix"),
+            "format_error_rate": ends("env/format_error_rate"), "zero_spread_share": ends("frac_reward_zero_std")}
+
+
+def _grpo(config: TrainConfig, cache: Any, base: str, run_dir: Path, reward_hash: str,
+          say: Say) -> tuple[dict[str, Any], dict[str, float], list[Any]]:
+    """The GRPO stage (step 6 and 7 of the module docstring); returns its timing, last metrics and the
+    episode keys it drew."""
+    from envcore.training.episodes import episode_dataset
+
     sampler = curriculum_sampler(config, cache)
     keys = draw_episodes(config, sampler)
     say(f"episodes: {len(keys)} scenario groups from cache {cache.root.name} ({config.episodes.split} split), "
@@ -262,13 +397,14 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
     from envcore.training.metrics import StepTimer
     from envcore.training.rollout import EpisodeRollout, environment_reward
 
-    tokenizer = AutoTokenizer.from_pretrained(config.model.name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(base)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if config.model.chat_template:
         tokenizer.chat_template = config.model.chat_template
-    model = AutoModelForCausalLM.from_pretrained(config.model.name_or_path, dtype=_dtype(config))
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=_dtype(config))
+    model.config.a01_reward_configuration = reward_hash  # in the Trackio run's config, with the trainer's
     agent_id = model_agent_id(config, adapter=True)
     session_factory = _sessions(config, sampler, run_dir, say)
     rollout = EpisodeRollout(
@@ -286,30 +422,28 @@ def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
     timer = StepTimer(rollout)
     trainer.add_callback(timer)
     say(f"training {config.name}: {config.grpo.max_steps} GRPO steps of {config.grpo.generation_batch} episodes "
-        f"({config.grpo.num_generations} per scenario); metrics: Trackio project {config.tracking.project!r} in "
-        f"{config.tracking.dir}")
+        f"({config.grpo.num_generations} per scenario) from {base}; metrics: Trackio project "
+        f"{config.tracking.project!r} in {config.tracking.dir}")
     started = time.perf_counter()
     try:
         trainer.train()
     finally:
         rollout.close()
     wall = time.perf_counter() - started
-    save_adapter(trainer, tokenizer, config, config.adapter_dir)
+    save_adapter(trainer, tokenizer, config, config.adapter_dir, base=base)
+    (run_dir / "grpo_log.json").write_text(json.dumps(trainer.state.log_history, indent=1) + "\n")
     timing = timer.summary() | {"train_wall_seconds": wall, "rollout_rounds": rollout.rounds}
     metrics = last_metrics(trainer.state.log_history)
-    (run_dir / "training.json").write_text(json.dumps({
-        "name": config.name, "model": config.model.name_or_path, "adapter": str(config.adapter_dir),
-        "trackio": {"dir": config.tracking.dir, "project": config.tracking.project, "run": config.name},
-        "timing": timing, "last_metrics": metrics, "config": config.model_dump(mode="json"),
-    }, indent=2) + "\n")
     say(f"adapter: {config.adapter_dir}")
     say(f"seconds per GRPO step: {timing.get('seconds_per_step_median', float('nan')):.2f} (median of "
         f"{timing.get('steps', 0)} steps, mean {timing.get('seconds_per_step_mean', float('nan')):.2f}); environment "
         f"time: {timing.get('env_share', float('nan')):.1%} of step time (generation {timing.get('generation_share', float('nan')):.1%})")
-    result = TrainingResult(config.adapter_dir, run_dir, timing, metrics)
-    if config.evaluation.enabled:
-        result.evaluation = evaluate_adapter(config, cache, say=say)
-    return result
+    figures = grpo_figures(run_dir)
+    if figures:
+        r, z = figures["reward"], figures["zero_spread_share"]
+        say(f"GRPO reward: {r['first']:+.3f} at the first step, {r['last']:+.3f} at the last; zero-spread groups: "
+            f"{z.get('mean', float('nan')):.0%} of all")
+    return timing, metrics, keys
 
 
 def _same_cache(urls: list[str], cache: Any) -> None:
