@@ -329,3 +329,29 @@ def test_the_generation_batch_follows_trls_own_settings():
         args = GRPOConfig(output_dir="/tmp/unused", per_device_train_batch_size=config.grpo.per_device_train_batch_size,
                           gradient_accumulation_steps=2, num_generations=2, use_cpu=True, report_to="none", **extra)
         assert config.grpo.generation_batch == args.generation_batch_size
+
+
+def test_transformers_generation_samples_from_the_distribution_the_loss_scores(tokenizer, monkeypatch):
+    """GRPO scores the sampled tokens under the full softmax (temperature only). Left unset, top_k
+    would fall back to generate()'s default of 50 and the rollouts would come from another policy."""
+    import contextlib
+
+    import torch
+    import trl.models
+
+    from envcore.training.generation import TransformersGeneration
+
+    seen = {}
+
+    class Model:
+        def generate(self, *, input_ids, attention_mask, generation_config):
+            seen["config"] = generation_config
+            return torch.cat([input_ids, torch.full((input_ids.shape[0], 2), tokenizer.eos_token_id)], dim=1)
+
+    monkeypatch.setattr(trl.models, "unwrap_model_for_generation", lambda *a, **k: contextlib.nullcontext(Model()))
+    args = SimpleNamespace(temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0,
+                           ds3_gather_for_generation=False, gradient_checkpointing_kwargs=None)
+    trainer = SimpleNamespace(args=args, model_wrapped=None, accelerator=SimpleNamespace(device="cpu"))
+    out = TransformersGeneration(trainer, tokenizer).generate([[1, 2, 3], [4]], [4, 4])
+    assert [o.ids for o in out] == [[tokenizer.eos_token_id]] * 2
+    assert seen["config"].top_k == 0 and seen["config"].do_sample and seen["config"].temperature == 1.0

@@ -58,9 +58,11 @@ class TransformersGeneration:
         for row, prompt in enumerate(prompts):
             ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
             mask[row, width - len(prompt):] = 1
+        # top_k 0 is "no top-k", as in the loss; None would let generate() fall back to its default of 50
+        # and sample from another distribution than the one GRPO scores
         config = GenerationConfig(
             max_new_tokens=max(budgets), do_sample=True, temperature=args.temperature, top_p=args.top_p,
-            top_k=args.top_k if args.top_k else None, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+            top_k=args.top_k or 0, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
             pad_token_id=self.pad, eos_token_id=sorted(self.eos), bos_token_id=self.tokenizer.bos_token_id,
         )
         device = trainer.accelerator.device
