@@ -106,17 +106,20 @@ def step_number(title: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def test_watch_opens_on_noop_against_the_heuristic_where_they_differ(visit, server):
+def test_watch_opens_on_the_trained_run_against_its_untrained_base_where_they_differ(visit, server):
+    """The shipped tiny-learn run's last stage (SFT+GRPO) against the model it started from, on the
+    scenarios it learned, each side saying what it is; the scripted pair is one choice away."""
     for name, viewport in (("watch-first-view", DESKTOP), ("watch-first-view-phone", PHONE)):
         page = visit(viewport).open(server)
         page.get_by_role("tab", name="Watch").click()
-        wait_text(page, "watch-left-title", "noop")
-        wait_text(page, "watch-right-title", "heuristic")
-        assert "No-op (submits the app unchanged)" in text_of(page, "watch-left-about")
-        assert "Heuristic baseline (scripted)" in text_of(page, "watch-right-about")
+        wait_text(page, "watch-left-title", "tiny-learn-base")
+        wait_text(page, "watch-right-title", "tiny-learn-sft+tiny-learn")
+        assert "tiny-learn base model (untrained)" in text_of(page, "watch-left-about")
+        assert "tiny-learn after SFT+GRPO" in text_of(page, "watch-right-about")
+        assert "A tiny model taught a few apps" in text_of(page, "watch-right-about")
         scenario = page.locator("#watch-scenario input").input_value()
-        assert re.search(r"· NO [+-]0\.00 vs FULL \+\d\.\d\d$", scenario), scenario  # the two differ
-        assert "1 of 1 · noop" in page.locator("#watch-left-attempt input").input_value()
+        assert re.search(r"· NO [+-]\d\.\d\d vs FULL \+\d\.\d\d$", scenario), scenario  # the two differ
+        assert "1 of 1 · llm:tiny-learn-base" in page.locator("#watch-left-attempt input").input_value()
         page.click("#watch-forward")
         wait_text(page, "watch-left-title", "Step 1")
         no_error_overlay(page)
@@ -126,7 +129,7 @@ def test_watch_opens_on_noop_against_the_heuristic_where_they_differ(visit, serv
 def test_a_shared_link_opens_the_same_episode_at_the_same_step(visit, server):
     page = visit().open(server)
     page.get_by_role("tab", name="Watch").click()
-    wait_text(page, "watch-right-title", "heuristic")
+    wait_text(page, "watch-right-title", "tiny-learn-sft+tiny-learn")
     for step in (1, 2):
         page.click("#watch-forward")
         wait_text(page, "watch-right-title", f"Step {step}")
@@ -134,7 +137,8 @@ def test_a_shared_link_opens_the_same_episode_at_the_same_step(visit, server):
     wait_text(page, "watch-link", "Link to this episode")
     page.wait_for_function("() => document.querySelector('#watch-link a').href.includes('step=2')")
     url = link.evaluate("a => a.href")
-    assert url.startswith(server) and "set=evals/v2/noop" in url and "vs=evals/v2/heuristic" in url
+    assert url.startswith(server) and "set=training/tiny-learn/eval/trained/base" in url
+    assert "vs=training/tiny-learn/eval/trained/sft_grpo" in url
     seen = {elem: text_of(page, elem) for elem in ("watch-left-title", "watch-right-title", "watch-right-action")}
 
     fresh = visit().open(url)  # another visitor, who was sent the link
@@ -142,7 +146,7 @@ def test_a_shared_link_opens_the_same_episode_at_the_same_step(visit, server):
     assert watch_tab_selected(fresh)
     for elem, text in seen.items():
         assert text_of(fresh, elem) == text, elem
-    assert "set=evals/v2/noop" in fresh.locator("#watch-link a").evaluate("a => a.href")
+    assert "set=training/tiny-learn/eval/trained/base" in fresh.locator("#watch-link a").evaluate("a => a.href")
     assert text_of(fresh, "watch-msg").strip() == ""
     shot(fresh, "watch-opened-from-link")
 

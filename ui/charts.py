@@ -334,7 +334,7 @@ def training_chart(frame: pd.DataFrame, metrics: list[str], *, colors: Mapping[s
             ), row=row, col=1)
         if metric in TRAINING_RATES:
             figure.update_yaxes(range=[0, 1.02], tickformat=".0%", row=row, col=1)
-    figure.update_xaxes(title_text="GRPO step", row=len(metrics), col=1)
+    figure.update_xaxes(title_text="step (of each run: SFT or GRPO)", row=len(metrics), col=1)
     figure.update_layout(template=TEMPLATE, height=90 + 190 * len(metrics), margin={"t": 40, "b": 40},
                          legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0})
     return figure
