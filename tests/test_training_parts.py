@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from envcore.agents.prompts import system_prompt
 from envcore.agents.rollouts import local_sessions, remote_sessions
 from envcore.cache import ScenarioCache
 from envcore.env.environment import Runtime
@@ -286,7 +287,9 @@ class AlternatingGeneration:
 def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, tokenizer, keys, tmp_path, checkpointing):
     """GRPO through the real environment: when the rollouts of a group earn different rewards, the
     loss has a gradient and the adapter moves (what the random model alone cannot show: its
-    rollouts all tie). With gradient checkpointing too, as the real config runs."""
+    rollouts all tie), and it moves the right way: the reply that earned more (submitting, against
+    noise that runs out of steps) becomes likelier relative to the one that earned less. With
+    gradient checkpointing too, as the real config runs."""
     import os
 
     import torch
@@ -297,7 +300,7 @@ def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, to
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from envcore.training.episodes import episode_dataset
 
-    factory = local_sessions(Runtime.from_environ(sessions=4), None, "training")
+    factory = local_sessions(Runtime.from_environ(sessions=4), EpisodeLogger(tmp_path / "episodes.jsonl"), "training")
     rollout = EpisodeRollout(session_factory=factory, tokenizer=tokenizer, max_steps=2, max_new_tokens=16,
                              completion_budget=400, agent_id="llm:test@train", num_generations=2,
                              generator=lambda trainer: AlternatingGeneration(tokenizer))
@@ -307,6 +310,20 @@ def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, to
                       shuffle_dataset=False, save_strategy="no", max_completion_length=400, disable_tqdm=True,
                       gradient_checkpointing=checkpointing)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    prompt = TurnEncoder(tokenizer).prompt_ids([{"role": "system", "content": system_prompt()},
+                                                 {"role": "user", "content": "the task"}])
+
+    def margin(policy) -> float:
+        """log p(submit) - log p(noise) after ``prompt``: how much likelier the better reply is."""
+        totals = []
+        for text in ('{"tool": "submit"}', "no action here"):
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            with torch.no_grad():
+                logits = policy(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float()
+            totals.append(torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None]).sum().item())
+        return totals[0] - totals[1]
+
+    before = margin(model)
     trainer = GRPOTrainer(model=model, reward_funcs=[environment_reward], args=args, processing_class=tokenizer,
                           train_dataset=episode_dataset(keys), rollout_func=rollout,
                           peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
@@ -318,6 +335,11 @@ def test_reward_differences_within_a_group_reach_the_lora_weights(tiny_model, to
     assert any(e["grad_norm"] > 0 for e in logged)
     moved = [p for name, p in trainer.model.named_parameters() if "lora_B" in name]
     assert moved and any(torch.count_nonzero(p) > 0 for p in moved)  # LoRA's B starts at zero
+    records = list(read_episodes(tmp_path / "episodes.jsonl"))
+    submits = [r.reward for r in records if r.outcome == "submitted"]
+    noise = [r.reward for r in records if r.outcome != "submitted"]
+    assert submits and noise and min(submits) > max(noise)  # the premise: submitting earned more
+    assert margin(trainer.model) > before + 0.1
 
 
 def test_the_generation_batch_follows_trls_own_settings():
