@@ -102,6 +102,27 @@ def fill(page, elem_id: str, text: str) -> None:
                            "?.value === v", arg=[elem_id, text])
 
 
+PENDING = ".progress-text, .eta-bar, .progress-bar-wrap"
+"""What Gradio's status tracker draws inside a component while its event runs (the elapsed time,
+"0.1s", and the progress bars): text that has changed but is not the answer yet."""
+
+SETTLED_TEXT_JS = f"""id => {{
+    const el = document.getElementById(id);
+    return el && !el.querySelector({PENDING!r}) ? el.innerText : null;
+}}"""
+"""JavaScript: the element's text once no event is running on it (``null`` while one is)."""
+
+
+def wait_settled_change(page, ids: list[str], before: list[str], timeout_ms: int = TIMEOUT_MS) -> None:
+    """Wait until one of the elements ``ids`` shows other text than ``before`` and none of them is
+    pending: a timer that appears while the event runs is a change, but not the answer."""
+    page.wait_for_function(
+        f"([ids, before]) => {{ const text = {SETTLED_TEXT_JS};"
+        " const now = ids.map(text);"
+        " return now.every(t => t !== null) && now.some((t, i) => t !== before[i]); }",
+        arg=[ids, before], timeout=timeout_ms)
+
+
 def send_request(page, path: str, user: str | None = None, timeout_ms: int = 60_000) -> str:
     """Send ``path`` (as ``user`` when given) from the Play tab's HTTP tab, which must be open; the
     response shown once it has changed, or a failure that says what the page showed instead."""
@@ -111,10 +132,7 @@ def send_request(page, path: str, user: str | None = None, timeout_ms: int = 60_
     before = [page.locator("#play-response").inner_text(), page.locator("#play-http-msg").inner_text()]
     page.click("#play-send")
     try:
-        page.wait_for_function(
-            "([r, m]) => document.querySelector('#play-response').innerText !== r"
-            " || document.querySelector('#play-http-msg').innerText !== m",
-            arg=before, timeout=timeout_ms)
+        wait_settled_change(page, ["play-response", "play-http-msg"], before, timeout_ms)
     except Exception as exc:  # Playwright's TimeoutError
         raise AssertionError(f"no response to {path}: the response box shows "
                              f"{page.locator('#play-response').inner_text()!r}, the message beside Send "

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space, skip_unless_wanted
+from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space, skip_unless_wanted, wait_settled_change
 
 skip_unless_wanted()
 
@@ -77,7 +77,8 @@ def wait_text(page, elem_id: str, text: str) -> None:
 
 
 def wait_changed(page, elem_id: str, before: str) -> str:
-    page.wait_for_function("([id, t]) => (document.getElementById(id)?.innerText || '') !== t", arg=[elem_id, before])
+    """The element's new text, once its event has finished (not Gradio's timer while it runs)."""
+    wait_settled_change(page, [elem_id], [before])
     return text_of(page, elem_id)
 
 
