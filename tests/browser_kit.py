@@ -143,10 +143,15 @@ def send_request(page, path: str, user: str | None = None, timeout_ms: int = 60_
     return page.locator("#play-response").inner_text()
 
 
-def wait_text(page, elem_id: str, text: str) -> None:
+def text_of(page, elem_id: str) -> str:
+    """What the element ``elem_id`` shows."""
+    return page.locator(f"#{elem_id}").inner_text()
+
+
+def wait_text(page, elem_id: str, text: str, timeout_ms: float = TIMEOUT_MS) -> None:
     """Wait until the element ``elem_id`` shows ``text``."""
-    page.wait_for_function("([id, t]) => (document.querySelector('#' + id)?.innerText || '').includes(t)",
-                           arg=[elem_id, text])
+    page.wait_for_function("([id, t]) => (document.getElementById(id)?.innerText || '').includes(t)",
+                           arg=[elem_id, text], timeout=timeout_ms)
 
 
 def no_error_overlay(page) -> None:

@@ -39,7 +39,7 @@ from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, StepEntry, rea
 from envcore.env.sampler import CurriculumSampler
 from envcore.patching import make_diff
 from envcore.server.sessions import SessionHub
-from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space
+from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space, text_of, wait_text
 from ui import dashboard_tab, play_tab, rollout_view, watch_tab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -453,15 +453,6 @@ def choose(page, elem_id: str, option: str) -> None:
     box = page.locator(f"#{elem_id}").get_by_role("combobox")
     box.click()
     page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option", name=option, exact=True).click()
-
-
-def text_of(page, elem_id: str) -> str:
-    return page.locator(f"#{elem_id}").inner_text()
-
-
-def wait_text(page, elem_id: str, text: str, timeout_ms: float = TIMEOUT_MS) -> None:
-    page.wait_for_function("([id, t]) => document.getElementById(id) && document.getElementById(id).innerText.includes(t)",
-                           arg=[elem_id, text], timeout=timeout_ms)
 
 
 def step_through(visit: Visit, scenario_label: str, steps: int) -> list[str]:

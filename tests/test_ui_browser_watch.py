@@ -13,7 +13,16 @@ import re
 
 import pytest
 
-from tests.browser_kit import SHOTS, TIMEOUT_MS, chromium, running_space, skip_unless_wanted, wait_settled_change
+from tests.browser_kit import (
+    SHOTS,
+    TIMEOUT_MS,
+    chromium,
+    running_space,
+    skip_unless_wanted,
+    text_of,
+    wait_settled_change,
+    wait_text,
+)
 
 skip_unless_wanted()
 
@@ -65,15 +74,6 @@ def visit(browser):
     for v in opened:
         v.context.close()
         assert not v.errors, f"JavaScript errors on the page: {v.errors}"
-
-
-def text_of(page, elem_id: str) -> str:
-    return page.locator(f"#{elem_id}").inner_text()
-
-
-def wait_text(page, elem_id: str, text: str) -> None:
-    page.wait_for_function("([id, t]) => (document.getElementById(id)?.innerText || '').includes(t)",
-                           arg=[elem_id, text])
 
 
 def wait_changed(page, elem_id: str, before: str) -> str:
