@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envcore.env.bench import free_port, start_server
+from envcore.env.bench import free_port, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("A01_CHROMIUM", "/usr/bin/chromium")
@@ -39,11 +39,7 @@ def running_space(env: dict[str, str], *, timeout_s: float = 120) -> Iterator[tu
     try:
         yield f"http://127.0.0.1:{port}", port, process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_server(process)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ import gzip
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,23 @@ from envcore.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 
 
+LEFT_IN_TEMP: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def small_cache(tmp_path_factory):
     out = tmp_path_factory.mktemp("caches") / "v1"
-    assert main(["factory", "build", "--n", "12", "--seed", "100", "--out", str(out), "--workers", "2"]) == 0
+    temp = tmp_path_factory.mktemp("temp")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(temp))  # inherited by the build's forked workers
+        assert main(["factory", "build", "--n", "12", "--seed", "100", "--out", str(out), "--workers", "2"]) == 0
+    LEFT_IN_TEMP[:] = sorted(p.name for p in temp.iterdir())
     return out
+
+
+def test_a_parallel_build_leaves_nothing_in_the_temp_folder(small_cache):
+    # a pool's workers are ended by a signal and cannot clean up after themselves
+    assert LEFT_IN_TEMP == []
 
 
 def test_build_writes_a_manifest_and_bundles(small_cache, capsys):

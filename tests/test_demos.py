@@ -189,7 +189,7 @@ def test_the_sft_labels_cover_the_agents_turns_and_their_end_only(collected, tin
     for demo in D.read_demos(collected["folder"]):
         ids, labels = encode_chat(encoder, demo.messages)
         assert len(ids) == len(labels)
-        learned, spans, current = [], [], []
+        spans, current = [], []
         for token, label in zip(ids, labels):
             if label != IGNORE:
                 assert label == token

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from envcore.cache import ScenarioCache
 from envcore.env import loadbench
+from envcore.env.bench import free_port, start_server
 from envcore.env.environment import Runtime, workers_for
 from envcore.env.sampler import CurriculumSampler
 from envcore.env.server import create_env_app
@@ -44,13 +46,22 @@ def test_judge_counts_wrong_rewards_and_missing_errors(player, reward, errors, w
 
 
 @pytest.mark.slow  # a load run; the server's session limits are tested by default elsewhere
-def test_a_load_run_through_the_real_server_has_no_errors_and_reports_memory_per_block():
+def test_a_load_run_through_the_real_server_has_no_errors_and_reports_memory_per_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the server's log file goes
     result = loadbench.measure(str(CACHE), episodes=24, sessions=6, block=8, split="train")
+    assert list(tmp_path.iterdir()) == []  # the stopped server's log is removed with it
     assert result.errors == [], result.errors
     assert result.episodes == 24 and result.by_player == {"oracle": 18, "noop": 3, "clumsy": 3}
     assert [b["episodes"] for b in result.blocks] == [8, 16, 24]
     assert all(b["rss_end_mib"] > 50 and b["rate"] > 0 for b in result.blocks)
     assert result.rss_growth is not None
+
+
+def test_a_server_that_cannot_start_says_why_and_leaves_no_log_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(RuntimeError, match="(?s)the server exited: .*A01_SANDBOX_WORKERS must be a positive integer"):
+        start_server(None, free_port(), env={"A01_SANDBOX_WORKERS": "0"})
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow  # a benchmark command's whole run; the parts it times are tested by default

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
-import os
 import time
 import weakref
 from pathlib import Path

@@ -14,7 +14,6 @@ import yaml
 from envcore.cache import ScenarioCache
 from envcore.env.episode_log import EpisodeRecord, StepEntry
 from envcore.env.sampler import CurriculumSampler, SamplingWeights
-from envcore.factory.config import FactoryConfig
 from envcore.factory.jobs import FactoryJob
 from envcore.feedback.analysis import analyze, find_logs, render_report
 from envcore.feedback.categories import CATEGORIES, categorize, episode_facts

@@ -3,6 +3,8 @@ as results; lazy fixes behave the same as source patches and as gates."""
 
 from __future__ import annotations
 
+import gc
+import os
 import sys
 import types
 
@@ -183,6 +185,28 @@ def test_files_an_app_writes_do_not_reach_the_next_app(runner):
                         [_probe("/look", JsonEquals(path="leak", value=False), JsonEquals(path="notes", value=False),
                                 JsonEquals(path="data", value="v2"))], {})
     assert report.outcomes[0].passed, report.outcomes[0].failures
+
+
+def test_a_runner_nobody_closed_removes_its_folder_but_a_forked_copy_of_it_does_not(tmp_path):
+    from envcore.runner.inprocess import InProcessRunner
+
+    runner = InProcessRunner(scratch_parent=str(tmp_path))
+    runner.run(AppSource({"app.py": APP}, "app:app"), [_probe("/hit")], {})
+    [folder] = tmp_path.iterdir()
+    pid = os.fork()
+    if pid == 0:  # a forked process drops its copy of the runner: the parent's folder must stay
+        code = 0
+        try:
+            del runner
+            gc.collect()
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert folder.is_dir()
+    del runner
+    gc.collect()
+    assert not folder.exists()
 
 
 def test_a_gated_batch_that_reaches_the_app_runs_in_a_fork_and_leaves_state_alone(runner):

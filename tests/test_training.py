@@ -134,7 +134,7 @@ def _remote_config(tmp_path, tiny_model, url, batch):
 
 @pytest.mark.slow  # a second whole training run; the rollouts against a server are tested by default in test_training_parts
 def test_training_against_a_server_checks_its_capacity_first_then_trains_through_it(tmp_path, tiny_model):
-    from envcore.env.bench import free_port, start_server
+    from envcore.env.bench import free_port, start_server, stop_server
 
     port = free_port()
     server = start_server(None, port, sessions=2)
@@ -150,8 +150,7 @@ def test_training_against_a_server_checks_its_capacity_first_then_trains_through
                               text=True, timeout=300, env={**__import__("os").environ, "GRADIO_ANALYTICS_ENABLED": "False"})
         assert fits.returncode == 0, fits.stdout[-2000:] + fits.stderr[-2000:]
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        stop_server(server, timeout_s=20)
     assert "environment: 1 server(s), 2 sessions" in fits.stdout
     assert (tmp_path / "adapters" / "remote-grpo" / "adapter_config.json").is_file()
     records = list(read_episodes(tmp_path / "training" / "remote-grpo" / "episodes.jsonl"))

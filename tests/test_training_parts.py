@@ -187,7 +187,7 @@ def test_a_completion_budget_that_runs_out_costs_what_running_out_of_steps_costs
 
 
 def test_rollouts_run_against_a_server_too(tokenizer, keys, tmp_path):
-    from envcore.env.bench import free_port, start_server
+    from envcore.env.bench import free_port, start_server, stop_server
 
     port = free_port()
     server = start_server(None, port, sessions=2)
@@ -201,8 +201,7 @@ def test_rollouts_run_against_a_server_too(tokenizer, keys, tmp_path):
         out = rollout([keys[1].prompt()] * 2, _trainer())
         rollout.close()
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        stop_server(server, timeout_s=20)
     assert len(out["env_reward"]) == 2 and all(-1 <= r <= 1 for r in out["env_reward"])
     records = list(read_episodes(tmp_path / "episodes.jsonl"))
     assert len(records) == 2 and {r.scenario_id for r in records} == {keys[1].scenario}

@@ -12,12 +12,11 @@ knowingly on a machine without it.
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
 from envcore.cache import ScenarioCache
-from envcore.env.bench import free_port, start_server
+from envcore.env.bench import free_port, start_server, stop_server
 from envcore.env.episode_log import read_episodes
 from envcore.patching import apply_patch
 from tests.browser_kit import (
@@ -296,11 +295,7 @@ def trained_space(training_run):
                            env={"A01_ARTIFACTS": str(training_run["root"]),
                                 "A01_HUMAN_LOG": str(training_run["root"] / "human.jsonl")})
     yield f"http://127.0.0.1:{port}/"
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    stop_server(process)
 
 
 def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_space, training_run):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,17 +35,14 @@ ACTION_TARGET_MS = 300.0
 
 def cold_start(*, timeout_s: float = 60.0) -> float:
     """Seconds from starting ``python app.py`` to the page served on ``/``."""
-    from envcore.env.bench import free_port, start_server
+    from envcore.env.bench import free_port, start_server, stop_server
 
-    started = time.perf_counter()
-    process = start_server(None, free_port(), ready="/", timeout_s=timeout_s,
-                           env={"A01_HUMAN_LOG": str(Path(tempfile.mkdtemp()) / "human.jsonl")})
-    elapsed = time.perf_counter() - started
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    with tempfile.TemporaryDirectory(prefix="a01-cold-start-") as scratch:
+        started = time.perf_counter()
+        process = start_server(None, free_port(), ready="/", timeout_s=timeout_s,
+                               env={"A01_HUMAN_LOG": str(Path(scratch) / "human.jsonl")})
+        elapsed = time.perf_counter() - started
+        stop_server(process)
     return elapsed
 
 
@@ -78,7 +74,8 @@ def action_timings(*, rounds: int) -> dict[str, list[float]]:
 
     warm(ARTIFACTS).join()
     runtime = Runtime.from_environ()
-    hub = SessionHub.for_server(runtime, human_log=Path(tempfile.mkdtemp()) / "human.jsonl", sweep_every_s=0)
+    scratch = tempfile.TemporaryDirectory(prefix="a01-bench-actions-")
+    hub = SessionHub.for_server(runtime, human_log=Path(scratch.name) / "human.jsonl", sweep_every_s=0)
     cache = runtime.cache
     try:
         with gr.Blocks():
@@ -129,6 +126,7 @@ def action_timings(*, rounds: int) -> dict[str, list[float]]:
         return dict(timer.samples)
     finally:
         hub.shutdown()
+        scratch.cleanup()
 
 
 def _quantile(values: list[float], q: float) -> float:

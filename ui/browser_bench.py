@@ -46,7 +46,6 @@ import platform
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -551,18 +550,10 @@ def dashboard(visitor: _Visitor, round_: int) -> None:
     visitor.measure("dashboard: rollout sets", sets.nth(index).click, changed(RATES + " .legend", RATES + " .gtitle"))
 
 
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
 def run(*, rounds: int, chromium: str = CHROMIUM, port: int | None = None) -> Report:
     """Start the Space and Chromium, measure every action ``rounds`` times; raises
     :class:`MeasurementError` if the measurement fails."""
-    from envcore.env.bench import free_port, start_server
+    from envcore.env.bench import free_port, start_server, stop_server
 
     if not Path(chromium).exists():
         raise MeasurementError(f"Chromium is not installed at {chromium}: apt-get install chromium, or give "
@@ -578,6 +569,7 @@ def run(*, rounds: int, chromium: str = CHROMIUM, port: int | None = None) -> Re
         shutil.rmtree(scratch, ignore_errors=True)
         raise MeasurementError(f"the Space did not start on port {port}: {exc}") from None
     server_log = process.log_path
+    measured = False
     try:
         with sync_playwright() as playwright:
             try:
@@ -587,15 +579,15 @@ def run(*, rounds: int, chromium: str = CHROMIUM, port: int | None = None) -> Re
             try:
                 report.chromium = browser.version
                 _visit(browser, f"http://127.0.0.1:{port}/", report, server_log)
+                measured = True
             except PlaywrightError as exc:
                 raise MeasurementError(f"the browser failed: {str(exc).splitlines()[0]}"
                                        + server_error(server_log)) from None
             finally:
                 browser.close()
     finally:
-        _stop(process)
+        stop_server(process, keep_log=not measured)  # kept when the measurement failed: the error names it
         shutil.rmtree(scratch, ignore_errors=True)
-    Path(server_log).unlink(missing_ok=True)  # kept when the measurement failed: the error names it
     report.load_after = list(os.getloadavg())
     return report
 

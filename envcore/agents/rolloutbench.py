@@ -20,7 +20,7 @@ from pathlib import Path
 from envcore.agents.heuristic import HeuristicAgent
 from envcore.agents.rollouts import EpisodeSpec, RolloutResult, run_rollouts
 from envcore.cache import ScenarioCache
-from envcore.env.bench import MachineCpu, free_port, start_server
+from envcore.env.bench import MachineCpu, free_port, start_server, stop_server
 from envcore.env.environment import Runtime
 from envcore.env.sampler import CurriculumSampler
 
@@ -86,13 +86,9 @@ def run(cache_root: str, *, episodes: int, sessions: list[int], split: str | Non
             failures += failed
     finally:
         for process in processes:
-            process.terminate()
+            process.terminate()  # all at once, then each waited for
         for process in processes:
-            try:
-                process.wait(10)
-            except Exception:  # noqa: BLE001 - a server that will not stop is killed
-                process.kill()
-            Path(getattr(process, "log_path", "")).unlink(missing_ok=True)
+            stop_server(process)
 
     base = sessions[0]
     print("speed-up over one session of the same kind (same run):")

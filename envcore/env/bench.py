@@ -153,7 +153,8 @@ def start_server(cache: str | None, port: int, sessions: int | None = None, log:
                  env: Mapping[str, str] | None = None, ready: str = "/health", timeout_s: float = 60) -> subprocess.Popen:
     """``python app.py`` on ``port`` in its own process, returned once ``GET ready`` answers 200.
     ``cache``, ``sessions`` and ``log`` set ``A01_CACHE``, ``A01_MAX_SESSIONS`` and ``A01_EPISODE_LOG``;
-    ``env`` adds any other variables."""
+    ``env`` adds any other variables. The server's stderr goes to a file, ``process.log_path``; stop it
+    with :func:`stop_server`, which removes that file too."""
     child_env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False",
                  **(env or {})}
     for name, value in (("A01_CACHE", cache), ("A01_MAX_SESSIONS", sessions), ("A01_EPISODE_LOG", log)):
@@ -177,9 +178,26 @@ def start_server(cache: str | None, port: int, sessions: int | None = None, log:
         except httpx.HTTPError:
             time.sleep(0.05)
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {Path(process.log_path).read_text(errors='replace')[-2000:]}")
-    process.kill()
+            tail = Path(process.log_path).read_text(errors="replace")[-2000:]
+            stop_server(process)
+            raise RuntimeError(f"the server exited: {tail}")
+    stop_server(process)
     raise RuntimeError(f"the server did not answer {ready} within {timeout_s:.0f} s")
+
+
+def stop_server(process: subprocess.Popen, *, keep_log: bool = False, timeout_s: float = 10) -> None:
+    """Stop a server :func:`start_server` started (killed if it has not stopped ``timeout_s`` after
+    SIGTERM) and remove its log file unless ``keep_log`` (when an error message names it)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    log = getattr(process, "log_path", None)
+    if log and not keep_log:
+        Path(log).unlink(missing_ok=True)
 
 
 async def _ws_oracle(url: str, seeds: list[int], clients: int, split: str | None,
@@ -236,8 +254,7 @@ def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, client
                 rate, errors, rewards, messages = asyncio.run(_ws_oracle(
                     f"http://127.0.0.1:{port}", list(range(5000, 5000 + ws_episodes)), clients, split, runtime.sampler))
         finally:
-            server.terminate()
-            server.wait(10)
+            stop_server(server)
         full = sum(1 for r in rewards if r is not None and r >= 0.95)
         print(f"oracle episodes over /ws, {clients} concurrent clients: {rate:.1f} episodes/s, {errors} errors "
               f"({full}/{len(rewards)} rewarded >= 0.95)")

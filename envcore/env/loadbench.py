@@ -36,7 +36,7 @@ from typing import Any
 import psutil
 
 from envcore.cache import ScenarioCache
-from envcore.env.bench import free_port, oracle_actions, start_server
+from envcore.env.bench import free_port, oracle_actions, start_server, stop_server
 from envcore.env.sampler import CurriculumSampler
 
 PLAYERS = ("oracle",) * 14 + ("noop",) * 3 + ("clumsy",) * 3
@@ -211,8 +211,7 @@ def measure(cache_root: str, *, episodes: int, sessions: int, block: int, split:
     finally:
         elapsed = time.perf_counter() - started
         memory.stop()
-        server.terminate()
-        server.wait(30)
+        stop_server(server, timeout_s=30)
     blocks = []
     previous_count, previous_time = 0, started
     for count, at, sample in marks:

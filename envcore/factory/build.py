@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -82,10 +83,12 @@ def batch_gc():
         gc.unfreeze()
 
 
-def _init_worker(config_json: str, skip: tuple[str, ...]) -> None:
+def _init_worker(config_json: str, skip: tuple[str, ...], scratch: str) -> None:
     _WORKER["config"] = FactoryConfig.model_validate_json(config_json)
     _WORKER["skip"] = skip
-    _WORKER["runner"] = InProcessRunner()
+    # a pool's workers end by a signal, with no chance to clean up: their folders live in ``scratch``,
+    # which the parent removes
+    _WORKER["runner"] = InProcessRunner(scratch_parent=scratch)
     _tune_gc()
 
 
@@ -163,16 +166,17 @@ def build(
             runner.close()
     else:
         ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(config.model_dump_json(), skip)) as pool:
+        with tempfile.TemporaryDirectory(prefix="a01-build-") as scratch, \
+                ctx.Pool(workers, initializer=_init_worker, initargs=(config.model_dump_json(), skip, scratch)) as pool:
             for entry, reject in pool.imap(_work, seeds, chunksize=4):
                 collect(entry, reject)
     report.elapsed_s = time.perf_counter() - started
     return report
 
 
-def _init_verifier(root: str) -> None:
+def _init_verifier(root: str, scratch: str) -> None:
     _WORKER["cache"] = ScenarioCache.open(root)
-    _WORKER["runner"] = InProcessRunner()
+    _WORKER["runner"] = InProcessRunner(scratch_parent=scratch)  # see _init_worker
     _tune_gc()
 
 
@@ -234,7 +238,8 @@ def verify_cache(
             runner.close()
         return problems
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers, initializer=_init_verifier, initargs=(str(root),)) as pool:
+    with tempfile.TemporaryDirectory(prefix="a01-verify-") as scratch, \
+            ctx.Pool(workers, initializer=_init_verifier, initargs=(str(root), scratch)) as pool:
         jobs = [(sid, quick) for sid in scenario_ids]
         for done, (scenario_id, found) in enumerate(pool.imap(_verify_one, jobs, chunksize=4), 1):
             collect(done, scenario_id, found)

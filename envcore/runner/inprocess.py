@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import traceback
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from types import CodeType, ModuleType
@@ -300,19 +301,30 @@ def _seed_endpoint_context(context: dict | None, endpoints: list[Any]) -> None:
         context[id(fn)] = {"function": getattr(fn, "__name__", "?"), **where}
 
 
+def _remove_scratch(root: Path, owner_pid: int) -> None:
+    """Remove a runner's folder, only in the process that made it: a forked copy of the runner that is
+    collected (or exits through ``sys.exit``) must not remove the folder its parent still works in."""
+    if os.getpid() == owner_pid:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 class InProcessRunner:
     """Runs probes against an app imported into this process (trusted code only)."""
 
     name = "inprocess"
 
-    def __init__(self, *, isolate_probes: bool = False) -> None:
+    def __init__(self, *, isolate_probes: bool = False, scratch_parent: str | None = None) -> None:
         self.isolate_probes = isolate_probes
         """Every probe on the app exactly as loaded, as grading runs it (one fork per probe); by
         default the probes of a batch share one copy of the app, which is several times cheaper
         and what the factory's check uses: its probes own their records, so sharing only ever adds
         failures (a scenario whose probes disturb each other fails its pass-to-pass check)."""
         self._loop = asyncio.new_event_loop()
-        self._root = Path(tempfile.mkdtemp(prefix="a01-inprocess-"))
+        self._root = Path(tempfile.mkdtemp(prefix="a01-inprocess-", dir=scratch_parent))
+        # Removed by close(), or when the runner is collected or this process exits normally. A
+        # process killed by a signal (a pool worker at the pool's end) cannot clean up: give such
+        # processes a ``scratch_parent`` their parent removes.
+        self._remove_root = weakref.finalize(self, _remove_scratch, self._root, os.getpid())
         self._cache = _CodeCache()
         # Generated apps log refused accesses; keep them out of the grader's stderr.
         logging.getLogger("app").addHandler(logging.NullHandler())
@@ -320,7 +332,7 @@ class InProcessRunner:
 
     def close(self) -> None:
         self._loop.close()
-        shutil.rmtree(self._root, ignore_errors=True)
+        self._remove_root()
 
     def __enter__(self) -> "InProcessRunner":
         return self

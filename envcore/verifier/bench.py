@@ -140,7 +140,7 @@ def measure_inprocess(items, rounds: int, *, isolated: bool) -> Distribution:
 
 
 _FORK_BOUND_SCRIPT = """
-import asyncio, gc, json, os, sys, tempfile, time
+import asyncio, atexit, gc, json, os, shutil, sys, tempfile, time
 from pathlib import Path
 from envcore.runner.actors import actors_of
 from envcore.runner.execute import plan_requests
@@ -153,6 +153,7 @@ bundle = Bundle.model_validate_json(sys.stdin.read())
 n = int(sys.argv[1])
 rehearse_all(warmup_apps())  # the zygote's warm-up
 root = Path(tempfile.mkdtemp(prefix="a01-fork-bound-"))
+atexit.register(shutil.rmtree, root, True)  # runs in this process only: the forks leave by os._exit
 materialize(bundle.files, root)
 os.chdir(root)
 app = import_app(root, bundle.files, bundle.entrypoint, keep_modules=True)
