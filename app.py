@@ -14,7 +14,8 @@ Configuration, all optional: ``A01_CACHE`` (another cache folder), ``A01_WEIGHTS
 ``artifacts/human/episodes.jsonl``; empty: none), ``A01_UI_MAX_SESSIONS`` (default 16),
 ``A01_UI_SESSION_TTL_S`` (idle visitors' sessions are closed after it, default 900),
 ``A01_ARTIFACTS`` (where the page looks for rollout sets), ``A01_UI=0`` (the API alone); see
-``docs/environment.md`` and ``docs/space.md``.
+``docs/environment.md`` and ``docs/space.md``. A number set to something it cannot take stops
+``python app.py`` before it listens, with one line naming the variable (:mod:`envcore.settings`).
 
 What keeps one anonymous client from taking the public server: per-client shares of the sessions
 (``A01_MAX_SESSIONS_PER_CLIENT``, ``A01_UI_MAX_SESSIONS_PER_CLIENT``; the client address from
@@ -29,6 +30,7 @@ the message cap, so a larger message is refused before it is buffered.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -38,6 +40,7 @@ from fastapi import FastAPI  # noqa: E402
 from envcore.env.environment import default_runtime  # noqa: E402
 from envcore.env.server import create_env_app  # noqa: E402
 from envcore.server.guard import DEFAULT_MAX_WS_MESSAGE_BYTES, env_bytes  # noqa: E402
+from envcore.settings import SettingError  # noqa: E402
 
 
 def build_app() -> FastAPI:
@@ -59,11 +62,36 @@ def build_app() -> FastAPI:
     return app
 
 
-app = build_app()
+def _port() -> int:
+    value = (os.environ.get("PORT") or "7860").strip()
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise SettingError(f"PORT must be a port number from 1 to 65535, not {value!r}")
+    return int(value)
 
-if __name__ == "__main__":
+
+def main() -> int:
+    """Build the app and serve it; a bad setting is one line on stderr and exit status 2."""
     import uvicorn
 
-    uvicorn.run(app, host=os.environ.get("HOST", "0.0.0.0"), port=int(os.environ.get("PORT", "7860")),
-                ws="websockets-sansio", proxy_headers=False,
+    try:
+        port = _port()
+        served = build_app()
+    except SettingError as exc:
+        print(f"app.py: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(served, host=os.environ.get("HOST", "0.0.0.0"), port=port, ws="websockets-sansio", proxy_headers=False,
                 ws_max_size=env_bytes("A01_MAX_WS_MESSAGE_BYTES", DEFAULT_MAX_WS_MESSAGE_BYTES))
+    return 0
+
+
+def __getattr__(name: str) -> FastAPI:
+    """``app``, built on first use: ``uvicorn app:app`` and other ASGI servers read it, while importing
+    this module for its functions starts nothing."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    built = globals()["app"] = build_app()
+    return built
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,7 +22,6 @@ The page is public, so what Gradio itself offers and keeps is bounded too (:func
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from fastapi import FastAPI
 
 from envcore.server.guard import RefusedRoutes
 from envcore.server.sessions import ARTIFACTS, SessionHub
+from envcore.settings import positive_int
 from ui import artifact_sets, dashboard_tab, diff_view, play_tab, watch_tab
 from ui.wiring import bind
 
@@ -100,19 +100,10 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
             hub.close_page(request.session_hash)
 
         demo.unload(page_closed)
-    demo.queue(default_concurrency_limit=hub.max_sessions, max_size=_positive("A01_UI_QUEUE_SIZE", DEFAULT_QUEUE_SIZE))
+    demo.queue(default_concurrency_limit=hub.max_sessions, max_size=positive_int("A01_UI_QUEUE_SIZE", DEFAULT_QUEUE_SIZE))
     # Gradio copies the page's configuration for every browser page it has seen; keep fewer of them.
-    demo.state_session_capacity = _positive("A01_UI_PAGE_SESSIONS", DEFAULT_PAGE_SESSIONS)
+    demo.state_session_capacity = positive_int("A01_UI_PAGE_SESSIONS", DEFAULT_PAGE_SESSIONS)
     return demo
-
-
-def _positive(variable: str, default: int) -> int:
-    value = os.environ.get(variable, "").strip()
-    if not value:
-        return default
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{variable} must be a positive integer, not {value!r}")
-    return int(value)
 
 
 def mount_ui(app: FastAPI, hub: SessionHub, artifacts: Path = ARTIFACTS) -> FastAPI:

@@ -39,8 +39,6 @@ Choices:
 from __future__ import annotations
 
 import logging
-import math
-import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -53,6 +51,7 @@ import gradio as gr
 from envcore.env.environment import ResetError
 from envcore.env.episode_log import EpisodeRecord
 from envcore.server.sessions import SessionError, SessionHub, Visitor
+from envcore.settings import seconds
 from ui import artifact_sets, diff_view, rollout_view, safe
 from ui.wiring import NOTICE, QUICK, REFUSED, UserError, bind, wire, wire_stream
 
@@ -86,16 +85,7 @@ DEFAULT_PACE_S = 0.5
 
 def pace_from_env() -> float:
     """``A01_UI_LIVE_PACE_S``: the least number of seconds between two steps of a live run."""
-    value = os.environ.get("A01_UI_LIVE_PACE_S", "").strip()
-    if not value:
-        return DEFAULT_PACE_S
-    try:
-        pace = float(value)
-    except ValueError:
-        pace = -1.0
-    if not 0 <= pace <= 60 or math.isnan(pace):
-        raise ValueError(f"A01_UI_LIVE_PACE_S must be a number of seconds from 0 to 60, not {value!r}")
-    return pace
+    return seconds("A01_UI_LIVE_PACE_S", DEFAULT_PACE_S, maximum=60)
 
 
 def _attempt_number(value: Any) -> int | None:

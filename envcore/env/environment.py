@@ -32,13 +32,14 @@ from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import RootModel
 
-from envcore.cache import ScenarioCache
+from envcore.cache import CacheError, ScenarioCache
 from envcore.env.actions import A01Observation, A01State, _Tool
 from envcore.env.episode import DEFAULT_MAX_STEPS, Episode
 from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, Outcome
 from envcore.env.sampler import DEFAULT_SPLIT, CurriculumSampler, NoScenario, SamplingWeights
 from envcore.env.tools import build_mcp_server
 from envcore.sandbox.pool import DEFAULT_MAX_WORKERS, Sandbox
+from envcore.settings import SettingError, positive_int
 from envcore.verifier.disclosure import disclose, disclosure_for
 from envcore.version import PACKAGE_VERSION
 
@@ -81,15 +82,22 @@ class Runtime:
     @classmethod
     def from_environ(cls, **overrides: Any) -> "Runtime":
         """From ``A01_CACHE`` (cache folder; default the newest shipped one), ``A01_WEIGHTS`` (sampling
-        weights file), ``A01_EPISODE_LOG`` (JSONL path; unset: no log) and ``A01_MAX_STEPS``."""
-        cache = ScenarioCache.open(os.environ.get("A01_CACHE") or None)
+        weights file), ``A01_EPISODE_LOG`` (JSONL path; unset: no log) and ``A01_MAX_STEPS``; a
+        variable that cannot be used is a :class:`~envcore.settings.SettingError` naming it."""
+        try:
+            cache = ScenarioCache.open(os.environ.get("A01_CACHE") or None)
+        except CacheError as exc:
+            raise SettingError(f"A01_CACHE: {exc}") from None
         weights_path = os.environ.get("A01_WEIGHTS")
-        weights = SamplingWeights.load(weights_path) if weights_path else None
+        try:
+            weights = SamplingWeights.load(weights_path) if weights_path else None
+        except ValueError as exc:
+            raise SettingError(f"A01_WEIGHTS: {exc}") from None
         log_path = os.environ.get("A01_EPISODE_LOG")
         values: dict[str, Any] = {
             "sampler": CurriculumSampler(cache, weights),
             "logger": EpisodeLogger(log_path) if log_path else None,
-            "max_steps": int(os.environ.get("A01_MAX_STEPS", DEFAULT_MAX_STEPS)),
+            "max_steps": positive_int("A01_MAX_STEPS", DEFAULT_MAX_STEPS),
         }
         values.update(overrides)
         return cls(**values)

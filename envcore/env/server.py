@@ -62,6 +62,7 @@ from envcore.server.guard import (
     env_bytes,
     per_client_cap,
 )
+from envcore.settings import positive_int, seconds
 
 DEFAULT_MAX_SESSIONS = 64
 DEFAULT_SESSION_TIMEOUT_S = 900.0
@@ -114,24 +115,22 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
                    session_timeout_s: float | None = None, max_sessions_per_client: int | None = None,
                    policy: ClientPolicy | None = None) -> FastAPI:
     runtime = runtime or default_runtime()
-    sessions = max_sessions or int(os.environ.get("A01_MAX_SESSIONS", DEFAULT_MAX_SESSIONS))
-    timeout = session_timeout_s if session_timeout_s is not None else float(
-        os.environ.get("A01_SESSION_TIMEOUT_S", DEFAULT_SESSION_TIMEOUT_S))
+    sessions = max_sessions or positive_int("A01_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)
+    timeout = session_timeout_s if session_timeout_s is not None else seconds(
+        "A01_SESSION_TIMEOUT_S", DEFAULT_SESSION_TIMEOUT_S, zero=False)
     per_client = max_sessions_per_client or per_client_cap(sessions, "A01_MAX_SESSIONS_PER_CLIENT")
     policy = policy or ClientPolicy.from_environ()
 
-    if os.environ.get("A01_EPISODE_LOG_MAX_BYTES") and isinstance(runtime.logger, EpisodeLogger):
+    log_cap = env_bytes("A01_EPISODE_LOG_MAX_BYTES", 0)  # 0: unset, every record kept
+    if log_cap and isinstance(runtime.logger, EpisodeLogger):
         runtime.logger.close()  # the same file, from now on kept under the cap
-        runtime.logger = CappedEpisodeLog(  # type: ignore[assignment]  # writes like one
-            runtime.logger.path, env_bytes("A01_EPISODE_LOG_MAX_BYTES", 1))
+        runtime.logger = CappedEpisodeLog(runtime.logger.path, log_cap)  # type: ignore[assignment]  # writes like one
 
     if runtime.sandbox is None:
         runtime.sessions = max(runtime.sessions or 0, sessions)
-        workers = os.environ.get("A01_SANDBOX_WORKERS")
+        workers = positive_int("A01_SANDBOX_WORKERS", 0)  # 0: unset, sized for the sessions
         if workers:
-            if not workers.isdigit() or int(workers) < 1:
-                raise ValueError(f"A01_SANDBOX_WORKERS must be a positive integer, not {workers!r}")
-            runtime.sandbox_workers = int(workers)
+            runtime.sandbox_workers = workers
 
     live: weakref.WeakSet[A01Environment] = weakref.WeakSet()
 

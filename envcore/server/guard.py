@@ -40,6 +40,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from envcore.settings import SettingError, positive_int
+
 CURRENT_CLIENT: ContextVar[str | None] = ContextVar("a01_client", default=None)
 """The resolved client address of the request being served (``None`` outside a request)."""
 
@@ -67,7 +69,7 @@ def _networks(text: str | Iterable[str], variable: str) -> tuple[_Network, ...]:
         try:
             out.append(ipaddress.ip_network(item, strict=False))
         except ValueError:
-            raise ValueError(f"{variable} holds {item!r}, which is not an IP address or network") from None
+            raise SettingError(f"{variable} holds {item!r}, which is not an IP address or network") from None
     return tuple(out)
 
 
@@ -137,24 +139,12 @@ class ClientPolicy:
 def per_client_cap(total: int, variable: str, environ: Any = None) -> int:
     """A client's share of ``total`` sessions: ``variable`` if set (a positive integer), else a quarter
     of ``total``, at least one."""
-    environ = os.environ if environ is None else environ
-    value = environ.get(variable)
-    if value is None or not value.strip():
-        return max(1, total // 4)
-    if not value.strip().isdigit() or int(value) < 1:
-        raise ValueError(f"{variable} must be a positive integer, not {value!r}")
-    return int(value)
+    return positive_int(variable, max(1, total // 4), environ=environ)
 
 
 def env_bytes(variable: str, default: int, environ: Any = None) -> int:
     """A positive byte count from ``variable`` (plain digits), or ``default``."""
-    environ = os.environ if environ is None else environ
-    value = environ.get(variable)
-    if value is None or not value.strip():
-        return default
-    if not value.strip().isdigit() or int(value) < 1:
-        raise ValueError(f"{variable} must be a positive number of bytes, not {value!r}")
-    return int(value)
+    return positive_int(variable, default, unit="number of bytes", environ=environ)
 
 
 class ClientGuard:

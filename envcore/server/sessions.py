@@ -60,6 +60,7 @@ from envcore.env.hints import hint_text, routes
 from envcore.feedback.categories import categorize, episode_facts
 from envcore.server.capped_log import CappedEpisodeLog
 from envcore.server.guard import ClientPolicy, env_bytes, per_client_cap
+from envcore.settings import positive_int, seconds
 
 DEFAULT_TTL_S = 900.0
 DEFAULT_MAX_SESSIONS = 16
@@ -163,14 +164,15 @@ class SessionHub:
         """A hub whose play sessions share ``server``'s scenarios and sandbox and log human episodes to
         ``human_log`` (default ``A01_HUMAN_LOG`` or ``artifacts/human/episodes.jsonl``; ``""``: none)."""
         path = human_log if human_log is not None else os.environ.get("A01_HUMAN_LOG", str(DEFAULT_HUMAN_LOG))
-        logger = CappedEpisodeLog(path, env_bytes("A01_HUMAN_LOG_MAX_BYTES", DEFAULT_HUMAN_LOG_MAX_BYTES)) if path else None
+        cap = env_bytes("A01_HUMAN_LOG_MAX_BYTES", DEFAULT_HUMAN_LOG_MAX_BYTES)  # checked with or without a log
+        logger = CappedEpisodeLog(path, cap) if path else None
         runtime = Runtime(sampler=server.sampler, logger=logger,  # type: ignore[arg-type]  # writes like one
                           max_steps=DEFAULT_HUMAN_MAX_STEPS, source="human", parent=server)
         # Agents run live with the budget they are evaluated with, not the people's larger one.
         options.setdefault("live_runtime", Runtime(sampler=server.sampler, max_steps=server.max_steps, source="live",
                                                    parent=server))
-        options.setdefault("ttl_s", float(os.environ.get("A01_UI_SESSION_TTL_S", DEFAULT_TTL_S)))
-        options.setdefault("max_sessions", int(os.environ.get("A01_UI_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)))
+        options.setdefault("ttl_s", seconds("A01_UI_SESSION_TTL_S", DEFAULT_TTL_S, zero=False))
+        options.setdefault("max_sessions", positive_int("A01_UI_MAX_SESSIONS", DEFAULT_MAX_SESSIONS))
         options.setdefault("max_per_client", per_client_cap(options["max_sessions"], "A01_UI_MAX_SESSIONS_PER_CLIENT"))
         options.setdefault("policy", ClientPolicy.from_environ())
         return cls(runtime, **options)
