@@ -186,6 +186,28 @@ def test_a_completion_budget_that_runs_out_costs_what_running_out_of_steps_costs
     assert trainer._metrics["train"]["env/format_error_rate"][0] > 0
 
 
+@pytest.mark.parametrize("learn_after", [True, False])
+def test_replies_after_the_first_format_error_are_left_out_of_the_loss_when_asked(tokenizer, keys, tmp_path, learn_after):
+    factory = local_sessions(Runtime.from_environ(sessions=2), EpisodeLogger(tmp_path / "episodes.jsonl"), "training")
+    replies = ['{"tool": "list_files"}', "not an action", "still not one", '{"tool": "submit"}']
+    rollout, _ = _rollout(tokenizer, factory, replies, max_steps=6, learn_after_format_error=learn_after)
+    out = rollout([keys[0].prompt()] * 2, _trainer())
+    rollout.close()
+    spans = []  # (mask, text) of each run of equal mask values
+    for completion, mask in zip(out["completion_ids"], out["env_mask"]):
+        runs, start = [], 0
+        for i in range(1, len(mask) + 1):
+            if i == len(mask) or mask[i] != mask[start]:
+                runs.append((mask[start], tokenizer.decode(completion[start:i], skip_special_tokens=True)))
+                start = i
+        spans.append(runs)
+    for runs in spans:
+        learned = " | ".join(text for m, text in runs if m)
+        assert "list_files" in learned and "not an action" in learned  # the reply that broke the format is learned
+        assert ("still not one" in learned) == learn_after and ('"submit"' in learned) == learn_after
+        assert "still not one" in " ".join(text for _, text in runs)  # left in the episode either way
+
+
 def test_rollouts_run_against_a_server_too(tokenizer, keys, tmp_path):
     from envcore.env.bench import free_port, start_server, stop_server
 

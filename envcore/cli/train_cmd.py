@@ -1,4 +1,4 @@
-"""``python -m envcore train --config configs/<name>.yaml``: GRPO + LoRA training, then evaluation.
+"""``python -m envcore train --config configs/<name>.yaml``: SFT and/or GRPO training, then evaluation.
 
 The config file describes the whole run (:mod:`envcore.training.config`); ``--set key=value``
 overrides one field for this run (``--set grpo.max_steps=2``, values read as YAML). ``--check``
@@ -16,13 +16,18 @@ from typing import Any
 
 
 def register(groups: argparse._SubParsersAction) -> None:
-    t = groups.add_parser("train", help="train a LoRA adapter with GRPO against the environment",
-                          description="Train a LoRA adapter with TRL's GRPO on multi-turn episodes of the environment "
-                          "(in process or against --config environment.urls servers), log metrics to Trackio "
-                          "(tracking.dir, local), save the adapter in PEFT format and evaluate it on held-out "
-                          "scenarios against the base model and the configured baselines. Shipped configs: "
-                          "configs/train-tiny.yaml (CPU, a tiny local model: a pipeline demonstration) and "
-                          "configs/train-qwen-coder.yaml (a GPU run).")
+    t = groups.add_parser("train", help="train a model against the environment: SFT on demonstrations, then GRPO",
+                          description="Train a model on the environment in up to two stages: SFT on verified "
+                          "demonstrations (the config's sft section; python -m envcore demos writes them), then "
+                          "TRL's GRPO with LoRA on multi-turn episodes (in process or against --config "
+                          "environment.urls servers), starting from the SFT weights. Metrics of both stages go to "
+                          "Trackio (tracking.dir, local); the adapter is saved in PEFT format and evaluated "
+                          "against the base model and the configured baselines, stage by stage when the config "
+                          "lists evaluation.stages. Shipped configs: configs/train-tiny-learn.yaml (CPU: a model "
+                          "built from nothing, SFT then GRPO), configs/train-tiny.yaml (CPU: GRPO alone, a "
+                          "pipeline demonstration), configs/train-scratch-gpu.yaml (GPU: a small model from "
+                          "nothing), configs/train-qwen-coder-sft.yaml and configs/train-qwen-coder.yaml (GPU: a "
+                          "real model, with and without SFT).")
     t.add_argument("--config", required=True, help="a training config (YAML)")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. grpo.max_steps=2 (repeatable; values are YAML)")

@@ -102,6 +102,11 @@ class EpisodesSection(_Section):
     scenarios: list[str] | Literal["demos"] | None = None
     """Only these scenarios (ids or unique prefixes, all in ``split``); ``demos``: those of the SFT
     stage's demonstrations (learn them, then practise them)."""
+    learn_after_format_error: bool = True
+    """Whether GRPO learns from an episode's replies after its first format error. A model that has
+    never seen an error message often answers it with more unreadable replies until its steps run out;
+    with ``false`` those replies stay in the episode (and its reward) but out of the loss, while the
+    reply that broke the format is still learned from."""
 
 
 class EnvironmentSection(_Section):

@@ -412,6 +412,7 @@ def _grpo(config: TrainConfig, cache: Any, base: str, run_dir: Path, reward_hash
         max_new_tokens=config.episodes.max_new_tokens, completion_budget=config.episodes.completion_budget,
         agent_id=f"{agent_id}@train", generator=lambda trainer: generation_backend(trainer, tokenizer),
         num_generations=config.grpo.num_generations,
+        learn_after_format_error=config.episodes.learn_after_format_error,
     )
     rollout.open_sessions(config.grpo.generation_batch)
     lora = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,

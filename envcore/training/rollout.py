@@ -23,7 +23,8 @@ already repeated ``num_generations`` times by TRL; see :mod:`envcore.training.ep
    running out of steps, and is counted as ``truncated``);
 3. returns each episode as one sequence (:mod:`envcore.training.turns`) with an ``env_mask`` over
    the environment's tokens, and the environment's reward as ``env_reward`` for
-   :func:`environment_reward`.
+   :func:`environment_reward`. With ``learn_after_format_error=False`` the mask also covers the
+   replies after an episode's first format error (they are played and scored, not learned from).
 
 An episode whose verification failed for infrastructure reasons has no reward; it must not be
 learned from, so it gets its group's mean reward (advantage zero) and is counted in
@@ -125,12 +126,13 @@ class EpisodeRollout:
 
     def __init__(self, *, session_factory: Callable[[int], Any], tokenizer: Any, max_steps: int, max_new_tokens: int,
                  completion_budget: int, agent_id: str, generator: Callable[[Any], Any],
-                 num_generations: int = 1) -> None:
+                 num_generations: int = 1, learn_after_format_error: bool = True) -> None:
         self.session_factory = session_factory
         self.encoder = TurnEncoder(tokenizer)
         self.tokenizer = tokenizer
         self.max_steps, self.max_new_tokens, self.completion_budget = max_steps, max_new_tokens, completion_budget
         self.agent_id, self.make_generator, self.num_generations = agent_id, generator, num_generations
+        self.learn_after_format_error = learn_after_format_error
         self.sessions: list[Any] = []
         self._generator: Any = None
         self._lock = threading.Lock()
@@ -201,8 +203,9 @@ class EpisodeRollout:
 
     def _step(self, episode: _Episode, reply: Generated) -> None:
         text = self.tokenizer.decode(reply.ids, skip_special_tokens=True)
+        learned = self.learn_after_format_error or not episode.format_errors
         episode.completion_ids += reply.ids
-        episode.env_mask += [1] * len(reply.ids)
+        episode.env_mask += [int(learned)] * len(reply.ids)
         if reply.logprobs is not None:
             self._has_logprobs = True
             episode.logprobs += reply.logprobs
