@@ -64,7 +64,7 @@ def build_app() -> FastAPI:
 
 def _port() -> int:
     value = (os.environ.get("PORT") or "7860").strip()
-    if not value.isdigit() or not 0 < int(value) < 65536:
+    if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:
         raise SettingError(f"PORT must be a port number from 1 to 65535, not {value!r}")
     return int(value)
 

@@ -28,7 +28,17 @@ def test_the_readme_declares_a_docker_space_on_the_port_the_app_serves():
     meta = front_matter()
     assert meta["sdk"] == "docker" and meta["app_port"] == 7860
     assert meta["title"] and len(meta.get("short_description", "")) <= 60
-    assert 'int(os.environ.get("PORT", "7860"))' in (ROOT / "app.py").read_text()
+
+
+def test_the_app_serves_on_the_port_hugging_face_gives_it_and_7860_without_one(monkeypatch):
+    import app
+
+    monkeypatch.delenv("PORT", raising=False)
+    assert app._port() == front_matter()["app_port"]
+    monkeypatch.setenv("PORT", "8123")
+    assert app._port() == 8123
+    monkeypatch.setenv("PORT", "")
+    assert app._port() == 7860
 
 
 def test_the_image_runs_the_readme_command_as_a_non_root_user():

@@ -106,7 +106,7 @@ def test_a_bad_setting_stops_python_app_py_with_one_line_and_status_2():
     assert done.stderr.strip().splitlines() == ["app.py: A01_MAX_SESSIONS must be a positive integer, not 'many'"]
 
 
-@pytest.mark.parametrize("port", ["http", "0", "65536", "-1"])
+@pytest.mark.parametrize("port", ["http", "0", "65536", "-1", "7860.0", "\u00b2"])
 def test_a_bad_port_is_refused_before_anything_is_built(monkeypatch, capsys, port):
     import app as entry
 
