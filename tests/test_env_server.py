@@ -177,3 +177,21 @@ def test_openenv_validate_passes_at_the_static_level():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout)["verdict"] == "pass"
+
+
+def _modules_after(statement: str, **env: str) -> set[str]:
+    code = f"{statement}\nimport sys\nprint(' '.join(sorted(m for m in ('gradio', '{OPENENV_WEB}') if sys.modules.get(m))))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "GRADIO_ANALYTICS_ENABLED": "False", **env})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(done.stdout.split())
+
+
+OPENENV_WEB = "openenv.core.env_server.web_interface"
+
+
+def test_the_environment_loads_without_openenvs_gradio_playground_unless_asked_for():
+    # every CLI command, server and rollout worker imports the environment; Gradio costs seconds there
+    built = "from envcore.env.server import create_env_app; import envcore.env.client; create_env_app()"
+    assert _modules_after(built) == set()
+    assert _modules_after(built, ENABLE_WEB_INTERFACE="true") == {"gradio", OPENENV_WEB}
