@@ -27,6 +27,7 @@ def cache_dir(tmp_path, built, config):
     return root
 
 
+@pytest.mark.slow  # a build of every seed; test_cli builds a small cache by default
 def test_build_accepts_every_seed_of_the_default_config(built):
     assert len(built.accepted) == 40 and not built.rejects
 

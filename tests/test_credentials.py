@@ -296,6 +296,7 @@ def test_credentials_are_filled_in_with_the_users_own_values():
         Credentials(kind="bearer", secret="tok_b")
 
 
+@pytest.mark.slow  # re-derives all 1,000 shipped ids; the rule itself is tested by default above
 def test_users_without_credentials_keep_every_shipped_scenario_id():
     cache = ScenarioCache.open(None)  # loading checks every bundle's content hash against its id
     bundles = list(cache)

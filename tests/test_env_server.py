@@ -172,6 +172,7 @@ def test_openenv_validate_passes_against_the_running_server(served):
     assert report["passed"], [c for c in report["criteria"] if not c["passed"]]
 
 
+@pytest.mark.slow  # openenv validate on the package; the running server is validated by default below
 def test_openenv_validate_passes_at_the_static_level():
     out = subprocess.run([_openenv(), "validate", str(ROOT), "--level", "static", "--json"], capture_output=True,
                          text=True, timeout=120)

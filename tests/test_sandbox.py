@@ -46,6 +46,7 @@ def tokens(bundle):
 
 # -- parity with the in-process runner ------------------------------------------------------------
 
+@pytest.mark.slow  # the whole scenario check again, on the sandbox; verdict parity is tested by default in test_verifier
 def test_scenario_check_passes_on_the_sandbox_runner(sandbox, shipped):
     runner = SandboxRunner(sandbox)
     for scenario_id in shipped.ids()[:6]:

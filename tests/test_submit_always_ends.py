@@ -353,6 +353,7 @@ def rollout(tiny_model, sampler, faulty, tmp_path_factory):
     logger.close()
 
 
+@pytest.mark.slow  # the same property through a third door; over /ws and in process by default
 @FUZZ
 @given(data=st.data(), broken=st.booleans())
 def test_any_files_then_submit_end_the_episode_through_the_rollout_function(rollout, faulty, bundle, data, broken):
