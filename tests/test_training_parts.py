@@ -3,6 +3,7 @@ the real environment (in process and over a server), capacity checks and generat
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -187,21 +188,19 @@ def test_a_completion_budget_that_runs_out_costs_what_running_out_of_steps_costs
 
 
 @pytest.mark.parametrize("learn_after", [True, False])
-def test_replies_after_the_first_format_error_are_left_out_of_the_loss_when_asked(tokenizer, keys, tmp_path, learn_after):
+def test_replies_after_the_first_format_error_are_left_out_of_the_loss_when_asked(tokenizer, keys, tmp_path,
+                                                                                  learn_after):
     factory = local_sessions(Runtime.from_environ(sessions=2), EpisodeLogger(tmp_path / "episodes.jsonl"), "training")
     replies = ['{"tool": "list_files"}', "not an action", "still not one", '{"tool": "submit"}']
     rollout, _ = _rollout(tokenizer, factory, replies, max_steps=6, learn_after_format_error=learn_after)
     out = rollout([keys[0].prompt()] * 2, _trainer())
     rollout.close()
-    spans = []  # (mask, text) of each run of equal mask values
     for completion, mask in zip(out["completion_ids"], out["env_mask"]):
-        runs, start = [], 0
-        for i in range(1, len(mask) + 1):
-            if i == len(mask) or mask[i] != mask[start]:
-                runs.append((mask[start], tokenizer.decode(completion[start:i], skip_special_tokens=True)))
-                start = i
-        spans.append(runs)
-    for runs in spans:
+        runs, start = [], 0  # (mask, text) of each run of equal mask values
+        for flag, run in itertools.groupby(mask):
+            end = start + len(list(run))
+            runs.append((flag, tokenizer.decode(completion[start:end], skip_special_tokens=True)))
+            start = end
         learned = " | ".join(text for m, text in runs if m)
         assert "list_files" in learned and "not an action" in learned  # the reply that broke the format is learned
         assert ("still not one" in learned) == learn_after and ('"submit"' in learned) == learn_after

@@ -12,11 +12,9 @@ knowingly on a machine without it.
 
 from __future__ import annotations
 
-
 import pytest
 
 from envcore.cache import ScenarioCache
-from envcore.env.bench import free_port, start_server, stop_server
 from envcore.env.episode_log import read_episodes
 from envcore.patching import apply_patch
 from tests.browser_kit import (
@@ -290,12 +288,9 @@ def test_the_dashboard_draws_its_charts(page):
 @pytest.fixture(scope="module")
 def trained_space(training_run):
     """The Space serving the artifacts of a training run made by this test session."""
-    port = free_port()
-    process = start_server(None, port, ready="/", timeout_s=90,
-                           env={"A01_ARTIFACTS": str(training_run["root"]),
-                                "A01_HUMAN_LOG": str(training_run["root"] / "human.jsonl")})
-    yield f"http://127.0.0.1:{port}/"
-    stop_server(process)
+    env = {"A01_ARTIFACTS": str(training_run["root"]), "A01_HUMAN_LOG": str(training_run["root"] / "human.jsonl")}
+    with running_space(env, timeout_s=90) as (url, _port, _process):
+        yield f"{url}/"
 
 
 def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_space, training_run):
