@@ -90,12 +90,25 @@ def choose(page, elem_id: str, option: str) -> None:
                            arg=[elem_id, option])
 
 
-def fill(page, elem_id: str, text: str) -> None:
-    """Type ``text`` into the Gradio textbox ``elem_id`` and wait until the box holds it."""
+def fill(page, elem_id: str, text: str, *, attempts: int = 3) -> None:
+    """Type ``text`` into the Gradio textbox ``elem_id`` and wait until the box holds it.
+
+    A tab's components are mounted when the tab is first opened, and a box filled in the same moment
+    can be mounted again with its first value (seen on a loaded 2-core machine), so a box that does
+    not hold the text after a few seconds is filled again; one that never keeps it is a failure that
+    says what it holds."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     box = textbox(page, elem_id)
-    box.fill(text)
-    page.wait_for_function("([id, v]) => document.querySelector('#' + id + ' textarea, #' + id + ' input')"
-                           "?.value === v", arg=[elem_id, text])
+    for _ in range(attempts):
+        box.fill(text)
+        try:
+            page.wait_for_function("([id, v]) => document.querySelector('#' + id + ' textarea, #' + id + ' input')"
+                                   "?.value === v", arg=[elem_id, text], timeout=TIMEOUT_MS / attempts)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"#{elem_id} does not keep {text!r}: after {attempts} tries it holds {box.input_value()!r}")
 
 
 PENDING = ".progress-text, .eta-bar, .progress-bar-wrap"
