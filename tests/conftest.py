@@ -106,3 +106,32 @@ def training_run(tmp_path_factory, tiny_model):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return {"root": root, "config": path, "stdout": done.stdout, "name": TRAINING_RUN,
             "adapter": root / "adapters" / TRAINING_RUN, "run_dir": root / "training" / TRAINING_RUN}
+
+
+@pytest.fixture(scope="session")
+def smoke_job(tmp_path_factory):
+    """The from-scratch job's smoke run, through the command a user types (``python -m envcore job run
+    --preset smoke``) in its own process, then imported (``job import``) into an artifacts folder of
+    its own (``training/smoke``, ``models/smoke``, ``trackio/``), which the browser test serves.
+    Returns (the job's output folder, the artifacts folder, the modules the job's process imported)."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("job-out")
+    artifacts = tmp_path_factory.mktemp("job-space") / "artifacts"  # named as the Space's own: runs name models by it
+    modules = out / "modules.json"
+    code = ("import atexit, json, runpy, sys\n"
+            f"atexit.register(lambda: json.dump(sorted(sys.modules), open({str(modules)!r}, 'w')))\n"
+            "sys.argv = ['envcore', *sys.argv[1:]]\n"
+            "runpy.run_module('envcore', run_name='__main__')\n")
+    env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "TOKENIZERS_PARALLELISM": "false"}
+    run = subprocess.run([sys.executable, "-c", code, "job", "run", "--preset", "smoke", "--demos",
+                          "artifacts/demos/tiny-learn", "--out", str(out), "--budget", "120"],
+                         cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out / "job.log").write_text(run.stdout)
+    imported = subprocess.run([sys.executable, "-m", "envcore", "job", "import", str(out), "--artifacts", str(artifacts)],
+                              cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert imported.returncode == 0, imported.stdout[-3000:] + imported.stderr[-3000:]
+    return out, artifacts, json.loads(modules.read_text())

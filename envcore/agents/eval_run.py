@@ -80,14 +80,22 @@ def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test
     result = run_rollouts(factory, episodes, log=log, parallel=parallel, urls=urls or None, runtime=runtime,
                           agent_id=agent_id, source="evaluation", progress=progress)
     records = [r for r in read_episodes(log) if r.agent_id == agent_id]
-    summary = summarize(records, domains=scenario_domains(cache))
-    summary["run"] = {"agent": agent_id, "kind": agent, "model": llm.model, "adapter": llm.adapter,
-                      "split": split, "n": len(episodes), "cache": cache.root.name, "max_steps": max_steps,
-                      "played": result.played, "resumed": result.skipped, "failed": result.failed}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "report.md").write_text(render_report(summary, title=title or f"{agent_id} on {split} ({cache.root.name})"))
+    summary = write_summary(out, records, cache=cache, title=title or f"{agent_id} on {split} ({cache.root.name})", run={
+        "agent": agent_id, "kind": agent, "model": llm.model, "adapter": llm.adapter, "split": split,
+        "n": len(episodes), "cache": cache.root.name, "max_steps": max_steps, "played": result.played,
+        "resumed": result.skipped, "failed": result.failed})
     if compress:
         with open(log, "rb") as source, gzip.open(out / "episodes.jsonl.gz", "wb", compresslevel=9) as target:
             shutil.copyfileobj(source, target)
         log.unlink()
     return EvaluationRun(summary, result, agent_id, out, result.failed)
+
+
+def write_summary(out: Path, records: list[Any], *, cache: Any, run: dict[str, Any], title: str) -> dict[str, Any]:
+    """``summary.json`` (the summary of ``records`` with the ``run`` block) and ``report.md`` in ``out``,
+    as every evaluation run writes them; returns the summary."""
+    summary = summarize(records, domains=scenario_domains(cache))
+    summary["run"] = run
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "report.md").write_text(render_report(summary, title=title))
+    return summary

@@ -10,6 +10,8 @@ a time. Two backends:
   (``trainer.vllm_generation.vllm_client``); TRL pushes the new LoRA weights to it before each
   rollout. It also returns the sampled tokens' log-probabilities, which TRL uses for its
   importance-sampling correction.
+* :class:`ModelGeneration`: a plain model, outside any trainer (the from-scratch job's GRPO and its
+  batched evaluation, which runs greedily): the same left-padded batch, no TRL needed.
 
 Each returns, per prompt, the generated ids cut at the first end-of-turn token (kept) or at that
 prompt's own token budget, and their log-probabilities where the backend has them.
@@ -37,6 +39,63 @@ def _cut(ids: list[int], budget: int, eos: set[int]) -> list[int]:
     return ids
 
 
+def left_padded(prompts: list[list[int]], pad: int) -> tuple[Any, Any]:
+    """``input_ids`` and ``attention_mask`` of ``prompts``, left-padded to the longest (generation
+    continues every row from its last column)."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
+class ModelGeneration:
+    """Generate with ``model`` itself: sampling at ``temperature`` / ``top_p`` (no top-k, as the GRPO
+    loss scores), or greedily with ``temperature=None``; in batches of at most ``max_batch`` rows."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, temperature: float | None, top_p: float = 1.0,
+                 max_batch: int = 256, autocast_dtype: Any = None) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.temperature, self.top_p, self.max_batch = temperature, top_p, max_batch
+        self.autocast_dtype = autocast_dtype
+        self.eos = eos_ids(tokenizer)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos)
+
+    def generate(self, prompts: list[list[int]], budgets: list[int]) -> list[Generated]:
+        out: list[Generated] = []
+        for start in range(0, len(prompts), self.max_batch):
+            out += self._generate(prompts[start:start + self.max_batch], budgets[start:start + self.max_batch])
+        return out
+
+    def _generate(self, prompts: list[list[int]], budgets: list[int]) -> list[Generated]:
+        import torch
+        from transformers import GenerationConfig
+
+        ids, mask = left_padded(prompts, self.pad)
+        sample = self.temperature is not None
+        config = GenerationConfig(
+            max_new_tokens=max(budgets), do_sample=sample, temperature=self.temperature if sample else None,
+            top_p=self.top_p if sample else None, top_k=0 if sample else None, pad_token_id=self.pad,
+            eos_token_id=sorted(self.eos), bos_token_id=self.tokenizer.bos_token_id,
+        )
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), torch.autocast(device.type, dtype=self.autocast_dtype,
+                                                 enabled=self.autocast_dtype is not None):
+                output = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                             generation_config=config)
+        finally:
+            self.model.train(was_training)
+        new = output[:, ids.shape[1]:].tolist()
+        return [Generated(_cut(row, budget, self.eos)) for row, budget in zip(new, budgets)]
+
+
 class TransformersGeneration:
     """Generate with the trainer's (PEFT-wrapped) model."""
 
@@ -52,12 +111,8 @@ class TransformersGeneration:
 
         trainer = self.trainer
         args = trainer.args
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt):] = 1
+        ids, mask = left_padded(prompts, self.pad)
+        width = ids.shape[1]
         # top_k 0 is "no top-k", as in the loss; None would let generate() fall back to its default of 50
         # and sample from another distribution than the one GRPO scores
         config = GenerationConfig(

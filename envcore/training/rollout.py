@@ -140,6 +140,10 @@ class EpisodeRollout:
         """Wall time spent waiting for the environment (resets and steps), summed over rounds."""
         self.generation_seconds = 0.0
         self.rounds = 0
+        self.last_metrics: dict[str, float] = {}
+        """The last round's metrics (those of the module docstring), for loops that are not TRL's."""
+        self.last_episodes: list[_Episode] = []
+        """The last round's episodes, final observations included."""
         self.__name__ = "episode_rollout"
 
     # ----- sessions --------------------------------------------------------------------------
@@ -245,6 +249,8 @@ class EpisodeRollout:
         values = episode_metrics(episodes)
         values["time/env_s"] = env_s
         values["time/generation_s"] = gen_s
+        self.last_metrics = values
+        self.last_episodes = episodes
         metrics = getattr(trainer, "_metrics", None)
         if metrics is None:
             return

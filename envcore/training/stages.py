@@ -63,7 +63,6 @@ def evaluate_stages(config: TrainConfig, cache: Any, trained: list[str], *,
                     say: Callable[[str], None] = print) -> dict[str, Any]:
     """Evaluate every stage on every slice and write the table (see the module docstring)."""
     from envcore.agents.eval_run import evaluate_into
-    from envcore.agents.evaluate import compare
     from envcore.env.episode_log import read_episodes
     from envcore.training.pipeline import stage_agent_id
 
@@ -83,23 +82,42 @@ def evaluate_stages(config: TrainConfig, cache: Any, trained: list[str], *,
                                 parallel=e.parallel, urls=config.environment.urls or None, max_steps=e.max_steps,
                                 scenarios=scenarios, title=f"{STAGE_TITLES[stage]} of {config.name} on {name}")
             records[stage] = [r for r in read_episodes(run.folder / "episodes.jsonl") if r.agent_id == agent_ids[stage]]
-            summary = run.summary
-            block["stages"][stage] = {"folder": str(run.folder), "episodes": summary["episodes"],
-                                      "overall": summary["overall"], "by": {k: summary["by"][k] for k in ("bug_class", "tier")},
-                                      "format_error_rate": format_error_rate(records[stage])}
-            o = summary["overall"]
-            say(f"  {name:>11} {STAGE_TITLES[stage]:>8}: full fix {o['full_fix']['mean']:.0%} "
-                f"[{o['full_fix']['ci95'][0]:.0%}, {o['full_fix']['ci95'][1]:.0%}], security "
-                f"{o['security_pass']['mean']:.0%}, regression {o['regression_pass']['mean']:.0%}, format errors "
-                f"{block['stages'][stage]['format_error_rate']:.0%} ({summary['episodes']} scenarios)")
-        for a, b in PAIRS:
-            if a in records and b in records:
-                block["comparisons"][f"{b} vs {a}"] = compare(records[a], records[b])
+            block["stages"][stage] = stage_entry(run.folder, run.summary, records[stage])
+            say(stage_line(name, stage, block["stages"][stage]))
+        block["comparisons"] = stage_comparisons(records)
         table["slices"][name] = block
     table["stages"] = list(stage_models(config))
-    (run_dir / "stages.json").write_text(json.dumps(table, indent=2) + "\n")
-    (run_dir / "stages.md").write_text(render_stages(table))
+    write_stages(run_dir, table)
     return table
+
+
+def stage_entry(folder: Path, summary: dict[str, Any], records: list[Any]) -> dict[str, Any]:
+    """One stage's cell block of a slice: where its run is, its overall rates, by bug class and tier,
+    and its format-error rate."""
+    return {"folder": str(folder), "episodes": summary["episodes"], "overall": summary["overall"],
+            "by": {k: summary["by"][k] for k in ("bug_class", "tier")}, "format_error_rate": format_error_rate(records)}
+
+
+def stage_line(name: str, stage: str, entry: dict[str, Any]) -> str:
+    """One printed line per stage and slice."""
+    o = entry["overall"]
+    return (f"  {name:>11} {STAGE_TITLES[stage]:>8}: full fix {o['full_fix']['mean']:.0%} "
+            f"[{o['full_fix']['ci95'][0]:.0%}, {o['full_fix']['ci95'][1]:.0%}], security "
+            f"{o['security_pass']['mean']:.0%}, regression {o['regression_pass']['mean']:.0%}, format errors "
+            f"{entry['format_error_rate']:.0%} ({entry['episodes']} scenarios)")
+
+
+def stage_comparisons(records: dict[str, list[Any]]) -> dict[str, Any]:
+    """The paired comparisons of :data:`PAIRS` between the stages that have records."""
+    from envcore.agents.evaluate import compare
+
+    return {f"{b} vs {a}": compare(records[a], records[b]) for a, b in PAIRS if a in records and b in records}
+
+
+def write_stages(run_dir: Path, table: dict[str, Any], *, note: str = "") -> None:
+    """``stages.json`` and ``stages.md`` of ``table`` in ``run_dir``."""
+    (run_dir / "stages.json").write_text(json.dumps(table, indent=2) + "\n")
+    (run_dir / "stages.md").write_text(render_stages(table, note=note))
 
 
 def _pct(stat: dict[str, Any]) -> str:

@@ -1,0 +1,276 @@
+"""The from-scratch training job (``python -m envcore job``): its smoke run through the real command,
+what it writes and how it is imported, the checks on its demonstrations, what travels with it, and
+the parts of its loops (SFT batches and schedule, GRPO advantages, update direction, scenario pool).
+
+The smoke run is the GPU job's own code path at toy scale on a CPU (``--preset smoke``): its numbers
+mean nothing, that every stage runs and writes the shipped format is what is tested.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import io
+import json
+import random
+import re
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from envcore.training.grpo_loop import ScenarioPool, group_advantages, micro_batches, policy_gradient_step
+from envcore.training.job_files import GPU_IMAGE, JOB_WHEELS, RESULTS, export_results, import_results, normal
+from envcore.training.sft_loop import learning_rate, length_batches
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ----- the smoke run, through the command ----------------------------------------------------------
+def test_smoke_job_runs_every_stage_and_writes_the_shipped_format(smoke_job):
+    out, artifacts, _ = smoke_job
+    log = (out / "job.log").read_text()
+    for line in ("sandbox: ", "SFT: ", "GRPO: ", "results after sft:", "results after sft evaluation:",
+                 "results after sft+grpo:", "done in"):
+        assert line in log, f"{line!r} missing from the job's output:\n{log[-2000:]}"
+    back = sorted(p.name for p in out.iterdir() if p.is_file())
+    assert RESULTS in back and any(name.endswith(".safetensors") for name in back)
+    assert len(back) <= 8 and all(p.stat().st_size <= 16 * 2**20 for p in out.iterdir() if p.is_file())
+
+    run = artifacts / "training" / "smoke"
+    table = json.loads((run / "stages.json").read_text())
+    assert table["stages"] == ["base", "sft", "sft+grpo"]
+    assert set(table["slices"]) == {"test", "test_styles", "external"}
+    for block in table["slices"].values():
+        assert set(block["stages"]) == {"base", "sft", "sft+grpo"}
+        assert set(block["comparisons"]) == {"sft vs base", "sft+grpo vs sft", "sft+grpo vs base"}
+        for entry in block["stages"].values():
+            assert entry["folder"].startswith("artifacts/training/smoke/eval/")
+            assert (artifacts.parent / entry["folder"] / "summary.json").is_file()
+    assert "| test | base |" in (run / "stages.md").read_text()
+
+    training = json.loads((run / "training.json").read_text())
+    assert training["kind"] == "scratch-job" and training["model"] == "artifacts/models/smoke"
+    assert training["job"]["sandbox"]["self_check"]["expert"] == "full"
+    assert training["job"]["sandbox"]["self_check"]["untouched"] != "full"
+    assert "layers" in training["job"]["sandbox"] and training["job"]["sandbox"]["mode"]
+    clock = training["job"]["clock"]
+    assert clock["elapsed_s"] <= clock["budget_s"] and {"setup", "sft", "eval_base", "eval_sft", "grpo",
+                                                         "eval_final"} <= set(clock["stages"])
+    assert training["stages"]["sft"]["steps"] >= 1 and training["stages"]["grpo"]["steps"] == 2
+    assert training["reward_configuration_hash"]
+
+
+def test_imported_job_loads_as_a_model_and_its_metrics_as_trackio_runs(smoke_job):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envcore.training.metrics import read_metrics
+
+    _, artifacts, _ = smoke_job
+    model_dir = artifacts / "models" / "smoke"
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert tokenizer.chat_template and model.config.vocab_size == len(tokenizer)
+    assert json.loads((model_dir / "sft.json").read_text())["base"] == "artifacts/models/smoke-base"
+    frame = read_metrics(artifacts / "trackio")
+    runs = set(frame["run"])
+    assert {"smoke", "smoke-sft"} <= runs
+    assert {"env/reward", "loss", "frac_reward_zero_std"} <= set(frame[frame["run"] == "smoke"]["metric"])
+    assert "loss" in set(frame[frame["run"] == "smoke-sft"]["metric"])
+
+
+def test_the_space_reads_an_imported_job(smoke_job):
+    from ui import artifact_sets, stages_view
+
+    _, artifacts, _ = smoke_job
+    tables = stages_view.read_stage_tables(artifacts)
+    assert [t["run"] for t in tables] == ["smoke"] and tables[0]["parameters"]
+    sets = artifact_sets.discover(artifacts)
+    names = {s.name: s for s in sets}
+    assert names["training/smoke/eval/test/sft_grpo"].kind == "trained"
+    base = artifact_sets.base_of(names["training/smoke/eval/test/sft_grpo"], sets, artifacts)
+    assert base is not None and base.name == "training/smoke/eval/test/base"
+
+
+def test_importing_twice_needs_overwrite(smoke_job, tmp_path):
+    out, _, _ = smoke_job
+    first = import_results(out, tmp_path)
+    assert first["run"] == "smoke"
+    with pytest.raises(FileExistsError):
+        import_results(out, tmp_path)
+    assert import_results(out, tmp_path, overwrite=True)["run"] == "smoke"
+
+
+def test_a_results_archive_cannot_write_outside_artifacts(tmp_path):
+    source = tmp_path / "back"
+    source.mkdir()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in (("training/evil/training.json", b"{}"), ("../escaped.txt", b"x")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (source / RESULTS).write_bytes(buffer.getvalue())
+    (tmp_path / "artifacts").mkdir()
+    with pytest.raises(tarfile.OutsideDestinationError):
+        import_results(source, tmp_path / "artifacts")
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_export_splits_a_large_archive_and_keeps_to_eight_files(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    run = work / "training" / "big"
+    run.mkdir(parents=True)
+    (run / "noise.bin").write_bytes(random.Random(0).randbytes(20 * 2**20))  # incompressible
+    (work / "models" / "big").mkdir(parents=True)
+    (work / "models" / "big" / "model.safetensors").write_bytes(b"w" * 1000)
+    written = export_results(work, "big", out)
+    assert [p.name for p in written] == [f"{RESULTS}.00", f"{RESULTS}.01", "model.safetensors"]
+    assert all(p.stat().st_size <= 15 * 2**20 for p in written)
+    (run / "noise.bin").write_bytes(b"small now")
+    assert [p.name for p in export_results(work, "big", out)] == [RESULTS, "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors", RESULTS]  # the old parts are gone
+
+
+# ----- the demonstrations it learns from ------------------------------------------------------------
+def _demos_file(tmp_path: Path, change: dict) -> Path:
+    from envcore.training.demos import read_demos
+
+    demos = list(read_demos(REPO / "artifacts" / "demos" / "tiny-learn"))
+    demos[1] = demos[1].model_copy(update=change)
+    path = tmp_path / "demos.jsonl"
+    path.write_text("".join(d.model_dump_json() + "\n" for d in demos))
+    return path
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"split": "test"}, "from the 'test' split"),
+    ({"resolution": "partial"}, "not a full fix"),
+    ({"scenario_id": "__test__"}, "holds out for evaluation"),
+    ({"scenario_hash": "__test__"}, "holds out for evaluation"),
+], ids=["split-test", "partial-fix", "held-out-id", "held-out-hash"])
+def test_a_demonstration_the_job_may_not_learn_from_stops_it(tmp_path, change, said):
+    from envcore.cache import ScenarioCache
+    from envcore.training.scratch_job import JobError, load_demonstrations
+
+    cache = ScenarioCache.open(None)
+    test_row = next(r for r in cache.rows if r["split"] == "test")
+    change = {k: (test_row["scenario_id"] if k == "scenario_id" else test_row["sha256"]) if v == "__test__" else v
+              for k, v in change.items()}
+    with pytest.raises(JobError, match=re.escape(said)):
+        load_demonstrations(_demos_file(tmp_path, change), cache)
+
+
+def test_packed_demonstrations_read_back_as_written(tmp_path):
+    from envcore.training.demos import read_demos
+    from envcore.training.job_files import pack_demos, read_packed_demos
+
+    source = REPO / "artifacts" / "demos" / "tiny-learn"
+    figures = pack_demos(source, tmp_path)
+    assert figures["packed_bytes"] < figures["raw_bytes"]
+    assert read_packed_demos(tmp_path / "demos.jsonl.xz") == list(read_demos(source))
+    assert read_packed_demos(tmp_path) == list(read_demos(source))
+
+
+# ----- what travels ----------------------------------------------------------------------------------
+def _requires_closure(roots: list[str]) -> set[str]:
+    wanted, stack = set(), [normal(r) for r in roots]
+    while stack:
+        name = stack.pop()
+        if name in wanted:
+            continue
+        try:
+            requires = importlib.metadata.distribution(name).requires or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        wanted.add(name)
+        stack += [normal(re.match(r"[A-Za-z0-9_.\-]+", r).group(0)) for r in requires if "extra ==" not in r]
+    return wanted
+
+
+def test_every_module_the_job_imports_travels_or_is_on_the_gpu_image(smoke_job):
+    from envcore.sandbox.app_runtime import APP_DISTRIBUTIONS
+
+    _, _, modules = smoke_job
+    owners = importlib.metadata.packages_distributions()
+    imported = {normal(d) for m in modules for d in owners.get(m.split(".")[0], [])}
+    apps = _requires_closure(list(APP_DISTRIBUTIONS))  # what the zygote loads for the apps under repair
+    carried = {normal(name) for name in JOB_WHEELS} | {normal(name) for name in GPU_IMAGE}
+    missing = sorted((imported | apps) - carried)
+    assert not missing, f"the job imports {missing}, which neither travel (JOB_WHEELS) nor are on the GPU image"
+    assert not {normal(n) for n in JOB_WHEELS} & {normal(n) for n in GPU_IMAGE}
+
+
+def test_every_carried_wheel_is_installed_here_at_a_pinned_version():
+    pins = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep:
+            pins[normal(name.split("[")[0])] = version
+    for name in JOB_WHEELS:
+        assert pins.get(normal(name)) == importlib.metadata.version(name), f"{name} is not pinned in requirements.txt"
+
+
+# ----- the loops' parts -------------------------------------------------------------------------------
+@pytest.mark.parametrize("rewards, size, expected", [
+    ([1.0, 0.0, 1.0, 0.0], 2, [1.0, -1.0, 1.0, -1.0]),
+    ([0.5, 0.5, 0.2, 0.8], 2, [0.0, 0.0, -1.0, 1.0]),
+    ([0.0, 0.0, 0.0], 3, [0.0, 0.0, 0.0]),
+], ids=["two-groups", "flat-group-zero", "all-flat"])
+def test_group_advantages(rewards, size, expected):
+    assert group_advantages(rewards, size) == pytest.approx(expected, abs=1e-3)
+
+
+def test_the_pool_retires_scenarios_without_spread_and_returns_to_those_with_it():
+    pool = ScenarioPool([f"s{i}" for i in range(8)], random.Random(0))
+    first = pool.draw(4)
+    assert len(set(first)) == 4
+    for s in first:
+        rewards = [1.0, 0.0] if s == first[0] else [0.0, 0.0]
+        for _ in range(2):
+            pool.record(s, rewards, ["full" if r else "no" for r in rewards])
+    assert pool.active() == [first[0]]
+    second = pool.draw(4)
+    assert first[0] in second and not set(second) & set(first[1:])
+    report = pool.report()
+    assert report["with_spread"] == [first[0]] and set(report["always_failed"]) == set(first[1:])
+
+
+def test_length_batches_stay_within_the_token_budget_and_cover_every_row():
+    lengths = [random.Random(i).randint(10, 500) for i in range(300)]
+    batches = length_batches(lengths, 1000, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(300))
+    assert all(len(b) == 1 or max(lengths[i] for i in b) * len(b) <= 1000 for b in batches)
+    assert all(max(lengths[i] for i in b) * len(b) <= 1000 for b in micro_batches(lengths, 1000) if len(b) > 1)
+
+
+def test_learning_rate_warms_up_then_anneals_to_a_tenth():
+    assert learning_rate(1.0, 0, 10, 0.0) == pytest.approx(0.1)
+    assert learning_rate(1.0, 9, 10, 0.0) == pytest.approx(1.0)
+    assert learning_rate(1.0, 50, 10, 0.5) == pytest.approx(0.55)
+    assert learning_rate(1.0, 50, 10, 1.0) == pytest.approx(0.1)
+    assert learning_rate(1.0, 50, 10, 7.0) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["rewarded", "penalised"])
+def test_the_policy_gradient_makes_a_rewarded_reply_likelier(tiny_model, sign):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    prompt, reply = [5, 6, 7, 8], [20, 21, 22, 23]
+    tokens, mask = prompt + reply, [0] * len(prompt) + [1] * len(reply)
+
+    def logp() -> float:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([tokens])).logits[0, :-1].float()
+        picked = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens[1:])[:, None])[:, 0]
+        return float((picked * torch.tensor(mask[1:], dtype=torch.float32)).sum())
+
+    before = logp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    result = policy_gradient_step(model, optimizer, [(tokens, mask), (prompt + [30, 31, 32, 33], mask)],
+                                  [sign, -sign], pad_id=0, tokens_per_batch=64)
+    after = logp()
+    assert result["episodes_with_advantage"] == 2 and result["learned_tokens"] == 8
+    assert (after - before) * sign > 0
