@@ -274,3 +274,15 @@ def test_the_policy_gradient_makes_a_rewarded_reply_likelier(tiny_model, sign):
     after = logp()
     assert result["episodes_with_advantage"] == 2 and result["learned_tokens"] == 8
     assert (after - before) * sign > 0
+
+
+def test_a_stage_played_alone_is_never_its_own_base(smoke_job):
+    """The SFT stage's evaluation on one slice is the same model as on another: neither is the other's
+    base, so the Space never pairs two slices of one model (a comparison on no common scenario)."""
+    from ui import artifact_sets
+
+    _, artifacts, _ = smoke_job
+    sets = artifact_sets.discover(artifacts)
+    for pair in artifact_sets.trained_against_base(sets):
+        assert pair.base.kind == "baseline" and pair.base.name.rsplit("/", 1)[0] == pair.trained.name.rsplit("/", 1)[0]
+    assert artifact_sets.default_pair(sets)[0].endswith("/base")

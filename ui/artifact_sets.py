@@ -365,22 +365,26 @@ def lineage_base(root: Path, model: str) -> str | None:
 def base_of(trained: RolloutSet, sets: list[RolloutSet], root: Path | None = None) -> RolloutSet | None:
     """The evaluation of ``trained``'s base model among ``sets``: an evaluated set whose
     ``summary.json`` names the same ``run.model`` with a null ``run.adapter`` (the base model played
-    on its own). When that model is an SFT stage (``root`` given, its folder's ``sft.json``), the
+    on its own), when ``trained`` played an adapter; a set that played a model alone is not compared
+    with that same model's evaluation elsewhere (another slice, say), only with the models that model
+    was trained from. When that model is an SFT stage (``root`` given, its folder's ``sft.json``), the
     model SFT started from comes first: SFT+GRPO and SFT are both compared with the untrained base.
     The closest one wins: the sibling folder (``training/<run>/eval/base`` beside
     ``training/<run>/eval/trained``) first, then the one sharing the longest part of the path.
     ``None`` when the trained set's summary names no model or no such evaluation exists."""
-    model = _summary_run(trained.path.parent).get("model")
+    run = _summary_run(trained.path.parent)
+    model = run.get("model")
     if not model:
         return None
-    wanted = [model]
+    chain = [model]
     if root is None and trained.path.name.startswith("episodes.jsonl"):
         root = trained.path.parent.parents[len(trained.name.split("/")) - 1]  # the folder the set's name is relative to
     if root is not None:
-        seen = {model}
-        while (earlier := lineage_base(root, wanted[-1])) and earlier not in seen:
-            seen.add(earlier)
-            wanted.append(earlier)
+        while (earlier := lineage_base(root, chain[-1])) and earlier not in chain:
+            chain.append(earlier)
+    # a model played alone is not its own base (its evaluation on another slice is the same model):
+    # only an adapter's model is a base of what was played
+    wanted = chain if run.get("adapter") else chain[1:]
     for name in reversed(wanted):
         candidates = []
         for other in sets:

@@ -107,6 +107,8 @@ def _size(table: dict[str, Any]) -> str:
     parameters = table.get("parameters")
     if not parameters:
         return ""
+    if parameters < 1e5:  # a toy model (a smoke run's) would read as "0.0M"
+        return f"a {parameters:,}-parameter model"
     return f"a {parameters / 1e6:.1f}M-parameter model" if parameters < 1e9 else f"a {parameters / 1e9:.1f}B-parameter model"
 
 

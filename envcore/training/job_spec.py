@@ -133,8 +133,7 @@ GPU = JobSpec(
                 max_length=8192),
     grpo=GrpoPart(scenarios_per_step=16, group_size=8, learning_rate=2e-5, tokens_per_batch=131_072),
     episodes=EpisodePart(max_steps=10, max_new_tokens=384, completion_budget=6144, batch=128),
-    slices=[EvalSlice(split="test", n=96), EvalSlice(split="test_styles", n=48), EvalSlice(split="external"),
-            EvalSlice(split="trained", n=32)],
+    slices=[EvalSlice(split="test", n=96), EvalSlice(split="test_styles", n=48), EvalSlice(split="external")],
 )
 
 SMOKE = JobSpec(

@@ -455,26 +455,29 @@ def evaluate_stage(job: JobRun, stage: str, model: Any, tokenizer: Any, runtime:
     from envcore.training.stages import STAGE_TITLES, stage_comparisons, stage_entry, stage_line, write_stages
 
     spec, e = job.spec, job.spec.episodes
+    slices = {}
     for piece in spec.slices:
         episodes = slice_episodes(cache, piece.split, piece.n, trained=trained)
-        if not episodes:
+        if episodes:
+            slices[piece.split] = episodes
+        else:
             job.say(f"  {piece.split}: no scenarios in {cache.root.name}; slice skipped")
-            continue
-        folder = job.run_dir / "eval" / piece.split / stage.replace("+", "_")
-        summary = evaluate_model(model, tokenizer, runtime=runtime, cache=cache, episodes=episodes, out=folder,
-                                 agent_id=job.agent_id(stage), max_steps=e.max_steps, max_new_tokens=e.max_new_tokens,
-                                 completion_budget=e.completion_budget, batch=e.batch, autocast_dtype=autocast,
-                                 run={"model": f"artifacts/models/{STAGE_IDS[stage].format(name=spec.name)}",
-                                      "adapter": None, "split": piece.split},
-                                 title=f"{STAGE_TITLES[stage]} of {spec.name} on {piece.split}")
-        block = job.table["slices"].setdefault(piece.split, {"split": piece.split, "stages": {}, "comparisons": {}})
+    folders = {name: job.run_dir / "eval" / name / stage.replace("+", "_") for name in slices}
+    summaries = evaluate_model(model, tokenizer, runtime=runtime, cache=cache, slices=slices, folders=folders,
+                               agent_id=job.agent_id(stage), max_steps=e.max_steps, max_new_tokens=e.max_new_tokens,
+                               completion_budget=e.completion_budget, batch=e.batch, autocast_dtype=autocast,
+                               run={"model": f"artifacts/models/{STAGE_IDS[stage].format(name=spec.name)}",
+                                    "adapter": None},
+                               titles={name: f"{STAGE_TITLES[stage]} of {spec.name} on {name}" for name in slices})
+    for name, folder in folders.items():
+        block = job.table["slices"].setdefault(name, {"split": name, "stages": {}, "comparisons": {}})
         # the folder as it will lie once imported (artifacts/training/<name>/eval/...)
-        block["stages"][stage] = stage_entry(Path("artifacts") / folder.relative_to(job.work), summary,
+        block["stages"][stage] = stage_entry(Path("artifacts") / folder.relative_to(job.work), summaries[name],
                                              list(read_episodes(folder / "episodes.jsonl")))
-        records = {s: list(read_episodes(job.run_dir / "eval" / piece.split / s.replace("+", "_") / "episodes.jsonl"))
+        records = {s: list(read_episodes(job.run_dir / "eval" / name / s.replace("+", "_") / "episodes.jsonl"))
                    for s in block["stages"]}
         block["comparisons"] = stage_comparisons(records)
-        job.say(stage_line(piece.split, stage, block["stages"][stage]))
+        job.say(stage_line(name, stage, block["stages"][stage]))
     if stage not in job.table["stages"]:
         job.table["stages"].append(stage)
     write_stages(job.run_dir, job.table, note=(
