@@ -5,6 +5,8 @@
   tracked files);
 * ``run`` runs the job (:mod:`envcore.training.scratch_job`) inside a wall-clock budget, writing its
   results into ``--out`` as it goes; ``--preset smoke`` is the same code path at toy scale;
+* ``estimate`` measures here what a CPU can tell and estimates the GPU budget's split;
+* ``curve`` compares the GRPO curves of several runs (seeds) with their controls (learning rate 0);
 * ``import`` puts the files a job wrote into ``artifacts/``, where the Space shows them.
 """
 
@@ -15,6 +17,25 @@ import sys
 from pathlib import Path
 
 DEFAULT_FOLDER = "build/gpu-job"
+DEMOS = "build/demos-scratch"
+DEMO_CACHE = "build/demo-cache"
+DEMO_RECIPE = (
+    # (what, the command's arguments after `python -m envcore`, the folder it writes)
+    ("scenarios of the default styles", ["factory", "build", "--n", "14000", "--seed", "1000000", "--out",
+                                        "build/demo-cache-default", "--workers", "2"], "build/demo-cache-default"),
+    ("scenarios of the realistic styles", ["factory", "build", "--n", "4000", "--seed", "2000000", "--config",
+                                          "configs/cache-v3.yaml", "--out", "build/demo-cache-realistic", "--workers",
+                                          "2"], "build/demo-cache-realistic"),
+    ("one cache of both", ["factory", "merge", "build/demo-cache-default", "build/demo-cache-realistic", "--config",
+                           "configs/cache-v3.yaml", "--out", DEMO_CACHE], DEMO_CACHE),
+    ("the expert's verified demonstrations of its train scenarios",
+     ["demos", "--cache", DEMO_CACHE, "--out", DEMOS, "--expert", "all", "--parallel", "2"], DEMOS),
+)
+"""How the job's demonstrations are made: 18,000 scenarios of their own (seeds no shipped cache uses; the
+default styles and the realistic ones, with cache v3's held-out styles filed under test_styles), then
+the expert on every train one. Each step is skipped when its folder holds its manifest."""
+DEMO_RECIPE_WORDS = ("18,000 scenarios of new seeds (default and realistic styles), then the expert on every train "
+                     "one, about 10,000 verified full fixes")
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -29,7 +50,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                             description="Write build/gpu-job/: the demonstrations packed with xz, the Python 3.12 "
                             "wheels of what the job imports beyond a GPU machine's image (at the versions installed "
                             "here), and run.sh, the one command that machine runs; then check that it travels.")
-    p.add_argument("--demos", required=True, help="a demos folder (python -m envcore demos --out ...)")
+    p.add_argument("--demos", default=DEMOS,
+                   help=f"a demos folder (default {DEMOS}; built first when it holds none: {DEMO_RECIPE_WORDS})")
     p.add_argument("--out", default=DEFAULT_FOLDER, help=f"the folder to write (default {DEFAULT_FOLDER}; git ignores it)")
     p.add_argument("--budget", type=int, default=540, help="the job's default budget in run.sh, seconds (default 540)")
     p.add_argument("--no-wheels", action="store_true", help="skip downloading the wheels (they are there already)")
@@ -42,12 +64,41 @@ def register(groups: argparse._SubParsersAction) -> None:
     r.add_argument("--demos", required=True, help="demonstrations: a demos folder or a packed demos.jsonl.xz")
     r.add_argument("--out", required=True, help="where the results go (job.log is written by run.sh)")
     r.add_argument("--budget", type=float, default=540.0, help="wall-clock seconds for the whole job (default 540)")
-    r.add_argument("--preset", choices=("gpu", "smoke"), default="gpu",
-                   help="gpu: the real run (default); smoke: the same code path at toy scale, for a CPU")
+    r.add_argument("--preset", choices=("gpu", "cpu-learn", "smoke"), default="gpu",
+                   help="gpu: the real run (default); cpu-learn: GRPO's effect on four apps, on a CPU; smoke: the "
+                   "same code path at toy scale, for a CPU")
+    r.add_argument("--grpo-seed", type=int, default=None,
+                   help="GRPO's seed (scenario draws and sampling); the model and SFT stay the same")
+    r.add_argument("--control", action="store_true",
+                   help="GRPO with a learning rate of 0: the same rounds, no update (the curve's control)")
     r.add_argument("--cache", default=None, help="the scenario cache (default: the newest shipped one)")
     r.add_argument("--work", default=None, help="working folder (default: OUT/work)")
     r.add_argument("--name", default=None, help="the run's name (default: the preset's)")
     r.set_defaults(func=cmd_run)
+
+    e = commands.add_parser("estimate", help="estimate the GPU job's budget split from measurements on this machine",
+                            description="Measure here what a CPU can tell (demonstrations encoded per second, the "
+                            "tokenizer's training, tokens per demonstration, the environment's seconds per episode) "
+                            "and estimate, with the GPU's throughput and decoding latency as stated assumptions, how "
+                            "the job's budget splits into setup, SFT, evaluations and GRPO.")
+    e.add_argument("--demos", required=True, help="the demonstrations the job will carry")
+    e.add_argument("--budget", type=float, default=540.0, help="the job's budget in seconds (default 540)")
+    e.add_argument("--tflops", type=float, default=150.0,
+                   help="assumed sustained bf16 training throughput on the GPU, TFLOP/s (default 150)")
+    e.add_argument("--ms-per-token", type=float, default=12.0,
+                   help="assumed milliseconds per decoding step of generate on the GPU (default 12)")
+    e.add_argument("--sample", type=int, default=200, help="demonstrations encoded to measure (default 200)")
+    e.set_defaults(func=cmd_estimate)
+
+    c = commands.add_parser("curve", help="learning curves of several GRPO runs against their controls",
+                            description="Read the GRPO rows of several jobs' metrics (one per seed) and of their "
+                            "controls (--control runs: the same rounds with a learning rate of 0), and say per step "
+                            "the mean reward and full-fix share with a 95%% interval over the runs, each run's rise "
+                            "(last third minus first third) and whether GRPO raised them.")
+    c.add_argument("runs", nargs="+", help="the treated runs' --out folders")
+    c.add_argument("--control", nargs="*", default=[], help="the control runs' --out folders")
+    c.add_argument("--out", default=None, help="write curves.json and curves.md into this folder")
+    c.set_defaults(func=cmd_curve)
 
     i = commands.add_parser("import", help="put a job's results into artifacts/ for the Space",
                             description="Unpack results.tar.gz (or its parts) and the weight shards from FOLDER into "
@@ -64,6 +115,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                                             tracked_bytes, write_run_script)
 
     folder = Path(args.out)
+    if not (Path(args.demos) / "demos.jsonl").is_file():
+        if args.demos != DEMOS:
+            print(f"no demos.jsonl in {args.demos}", file=sys.stderr)
+            return 1
+        build_demonstrations()
     packed = pack_demos(args.demos, folder)
     print(f"demonstrations: {packed['demonstrations']} ({packed['raw_bytes'] / 2**20:.1f} MiB, packed "
           f"{packed['packed_bytes'] / 2**20:.1f} MiB)")
@@ -82,11 +138,36 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_demonstrations() -> None:
+    """Run :data:`DEMO_RECIPE`, each step that has not run yet, printing how long each took."""
+    import subprocess
+    import time
+
+    import shutil
+
+    for what, arguments, output in DEMO_RECIPE:
+        if (Path(output) / "manifest.json").is_file():  # written last, by every step
+            print(f"{what}: {output} is there")
+            continue
+        shutil.rmtree(output, ignore_errors=True)  # what an interrupted step left
+        print(f"{what}: python -m envcore {' '.join(arguments)}", flush=True)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "envcore", *arguments], check=True)
+        print(f"{what}: {time.perf_counter() - started:.0f} s", flush=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from envcore.training.job_spec import PRESETS
     from envcore.training.scratch_job import JobError, run_job
 
     spec = PRESETS[args.preset]
+    grpo: dict[str, object] = {}
+    if args.grpo_seed is not None:
+        grpo["seed"] = args.grpo_seed
+    if args.control:
+        grpo["learning_rate"] = 0.0
+    if grpo:
+        spec = spec.model_copy(update={"grpo": spec.grpo.model_copy(update=grpo)})
     if args.name:
         spec = spec.model_copy(update={"name": args.name})
     if args.budget <= 0:
@@ -99,6 +180,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (JobError, FileNotFoundError) as exc:
         print(f"job stopped: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    import json
+
+    from envcore.training.job_estimate import estimate, measure, render_estimate
+    from envcore.training.job_spec import GPU
+
+    measured = measure(GPU, Path(args.demos), sample=args.sample)
+    result = estimate(GPU, measured, budget_s=args.budget, tflops=args.tflops, ms_per_token=args.ms_per_token)
+    print(render_estimate(result))
+    print(json.dumps({"measured": measured, "estimate": result}))
+    return 0
+
+
+def cmd_curve(args: argparse.Namespace) -> int:
+    import json
+
+    from envcore.training.curves import learning_curves, render_curves
+
+    try:
+        result = learning_curves(args.runs, args.control)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"curve stopped: {exc}", file=sys.stderr)
+        return 1
+    text = render_curves(result)
+    print(text)
+    if args.out:
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "curves.json").write_text(json.dumps(result, indent=2) + "\n")
+        (folder / "curves.md").write_text(text)
     return 0
 
 

@@ -7,7 +7,11 @@ held-out slices, all inside a wall-clock budget. Its size is this module's :clas
 * :data:`PRESETS` ``gpu``: the real run, sized for one GPU with 16 CPU cores in a 540-second
   budget: a ~26M-parameter Llama-style model with an 8,192-token vocabulary, SFT on every
   demonstration that fits 8,192 tokens, GRPO in groups of 8 on train scenarios of the shipped
-  cache, and the three-stage table on the test split, the held-out styles and the external split;
+  cache, and the three-stage table on the test split (96 scenarios), the held-out styles (48) and
+  the external split (all 10), every slice's episodes in one batch;
+* ``cpu-learn``: GRPO's own effect, measurable on a CPU: four apps, an SFT stopped early so the model
+  fixes them some of the time, then GRPO on them (with ``--grpo-seed`` for a band over seeds and
+  ``--control`` for the same rounds without updates);
 * ``smoke``: the same code path at toy scale (a model of a few thousand parameters, a handful of
   demonstrations, two GRPO steps, one or two scenarios a slice), what the default test run plays
   on a CPU in well under a minute. Its numbers mean nothing; that every stage runs and writes its
@@ -73,13 +77,15 @@ class GrpoPart(_Part):
 
     scenarios_per_step: int = Field(ge=1)
     group_size: int = Field(ge=2)
-    learning_rate: float = Field(gt=0)
+    learning_rate: float = Field(ge=0)
+    """``0`` plays the same rounds without updating: the control a learning curve is compared with."""
     temperature: float = Field(default=1.0, gt=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
     max_steps: int | None = Field(default=None, ge=1)
     """GRPO also stops after this many steps, if that comes before its deadline; ``None``: the deadline alone."""
     pool_split: str = "train"
-    """Scenarios GRPO practises on: this split of the cache the job runs on (never a held-out slice)."""
+    """Scenarios GRPO practises on: this split of the cache the job runs on (never a held-out slice), or
+    ``demos``: the scenarios of the demonstrations (the apps SFT showed it)."""
     pool_size: int = Field(default=256, ge=1)
     """How many of them (drawn with the seed) form the pool that scenarios with spread are kept from."""
     tokens_per_batch: int = Field(ge=64)
@@ -129,10 +135,12 @@ GPU = JobSpec(
                  "where it sometimes fails and sometimes succeeds; evaluated on apps it never saw."),
     model=ModelShape(vocab_size=8192, hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1280,
                      context_tokens=8192),
-    sft=SftPart(share=0.40, learning_rate=1.5e-3, warmup_steps=60, max_epochs=4, tokens_per_batch=262_144,
+    sft=SftPart(share=0.30, learning_rate=1.5e-3, warmup_steps=60, max_epochs=4, tokens_per_batch=262_144,
                 max_length=8192),
     grpo=GrpoPart(scenarios_per_step=16, group_size=8, learning_rate=2e-5, tokens_per_batch=131_072),
-    episodes=EpisodePart(max_steps=10, max_new_tokens=384, completion_budget=6144, batch=128),
+    # the expert's episodes take 5 to 7 steps and its longest reply about 500 characters (under 200 tokens):
+    # a turn lasts as long as the batch's longest reply, so these bound every lockstep pass
+    episodes=EpisodePart(max_steps=8, max_new_tokens=256, completion_budget=6144, batch=160),
     slices=[EvalSlice(split="test", n=96), EvalSlice(split="test_styles", n=48), EvalSlice(split="external")],
 )
 
@@ -151,4 +159,21 @@ SMOKE = JobSpec(
     dtype="float32",
 )
 
-PRESETS: dict[str, JobSpec] = {"gpu": GPU, "smoke": SMOKE}
+CPU_LEARN = JobSpec(
+    name="cpu-learn",
+    description=("GRPO's own effect on a CPU: a 0.7M-parameter model taught four apps by an SFT that stops early "
+                 "(so it fixes them some of the time, for reasons of its own), then GRPO on those four apps; run "
+                 "with several seeds and with a learning rate of 0 as the control (python -m envcore job curve)."),
+    model=ModelShape(vocab_size=2048, hidden_size=128, layers=3, heads=4, kv_heads=2, intermediate_size=256,
+                     context_tokens=4096, tokenizer_demos=4),
+    sft=SftPart(share=0.3, learning_rate=5e-3, warmup_steps=5, max_epochs=56, tokens_per_batch=4096,
+                max_length=4096),
+    grpo=GrpoPart(scenarios_per_step=4, group_size=8, learning_rate=3e-4, max_steps=16, pool_split="demos",
+                  tokens_per_batch=16384),
+    episodes=EpisodePart(max_steps=8, max_new_tokens=192, completion_budget=3072, batch=32),
+    slices=[EvalSlice(split="trained")],
+    eval_share_floor=0.0,
+    dtype="float32",
+)
+
+PRESETS: dict[str, JobSpec] = {"gpu": GPU, "smoke": SMOKE, "cpu-learn": CPU_LEARN}

@@ -385,7 +385,12 @@ def run_job(spec: JobSpec, *, demos: Path, out: Path, budget_s: float, work: Pat
     job.write(model, tokenizer, stage="sft")
 
     # ----- evaluation of base and SFT
-    pool_ids = sorted(cache.ids(split=spec.grpo.pool_split))
+    if spec.grpo.pool_split == "demos":
+        pool_ids = sorted({d.scenario_id for d in demo_list} & set(cache.ids(split="train")))
+    else:
+        pool_ids = sorted(cache.ids(split=spec.grpo.pool_split))
+    if spec.grpo.pool_split in HELD_OUT:
+        raise JobError(f"grpo.pool_split {spec.grpo.pool_split!r} is held out for evaluation")
     random.Random(spec.grpo.seed).shuffle(pool_ids)
     pool_ids = pool_ids[:spec.grpo.pool_size]
     base = AutoModelForCausalLM.from_pretrained(work / "models" / f"{spec.name}-base", dtype=torch.float32).to(device)
@@ -418,6 +423,7 @@ def run_job(spec: JobSpec, *, demos: Path, out: Path, budget_s: float, work: Pat
                                             autocast_dtype=autocast),
         num_generations=g.group_size)
     pool = ScenarioPool(pool_ids, random.Random(g.seed))
+    torch.manual_seed(1_000_003 + g.seed)  # the rollouts' sampling: one stream per GRPO seed, the SFT model the same
     tiers = {row["scenario_id"]: int(row["tier"]) for row in cache.rows if row["scenario_id"] in set(pool_ids)}
     try:
         grpo = train_grpo(model, rollout, pool, tiers=tiers, group_size=g.group_size,

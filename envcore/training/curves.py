@@ -1,0 +1,108 @@
+"""Does GRPO raise the reward? Learning curves over several seeds, against a control that never updates.
+
+One GRPO run's reward over steps is noise plus drift: the scenarios drawn change from step to step,
+and so does the luck of sampling. So the question is asked of several runs: the same model trained
+with several GRPO seeds (``python -m envcore job run --preset cpu-learn --grpo-seed N``), and the
+same rounds played with a learning rate of 0 (``--control``), whose curve is what no learning looks
+like under the same noise.
+
+:func:`learning_curves` reads each run's ``metrics.jsonl`` (the job's own log, one row per GRPO step)
+and gives, per step and per group (treated, control), the mean over seeds with a 95% interval
+(Student's t over the seeds); and per run the **rise**: the mean of the last third of its steps
+minus the mean of its first third. The verdict compares the treated runs' rises with the controls':
+GRPO raised the reward only if the treated runs rose and their rise's interval lies above the
+control's mean rise. :func:`render_curves` says it in Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+METRICS = ("env/reward", "env/full_fix")
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def grpo_rows(folder: str | Path) -> list[dict[str, Any]]:
+    """The GRPO rows of one job's ``metrics.jsonl`` (a job's ``--out`` folder, or the run folder itself),
+    in step order."""
+    folder = Path(folder)
+    candidates = [folder / "metrics.jsonl", *sorted(folder.glob("work/training/*/metrics.jsonl"))]
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        raise FileNotFoundError(f"no metrics.jsonl in {folder}")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    grpo = [r for r in rows if not r["run"].endswith("-sft") and "env/reward" in r["metrics"]]
+    return sorted(grpo, key=lambda r: r["step"])
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% Student's t interval over ``values`` (a single value: no width)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    half = T_975.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def rise(values: list[float]) -> float:
+    """Mean of the last third minus mean of the first third (at least one step each)."""
+    third = max(1, len(values) // 3)
+    return statistics.fmean(values[-third:]) - statistics.fmean(values[:third])
+
+
+def learning_curves(treated: list[str | Path], control: list[str | Path], *, metrics: tuple[str, ...] = METRICS) -> dict[str, Any]:
+    """Per step and per run group, the mean over seeds with its interval; per run, its rise; and the verdict."""
+    groups = {"treated": [grpo_rows(f) for f in treated], "control": [grpo_rows(f) for f in control]}
+    out: dict[str, Any] = {"runs": {"treated": [str(f) for f in treated], "control": [str(f) for f in control]},
+                           "metrics": {}}
+    for metric in metrics:
+        block: dict[str, Any] = {}
+        for name, runs in groups.items():
+            if not runs:
+                continue
+            steps = min(len(r) for r in runs)
+            series = [[float(row["metrics"][metric]) for row in run[:steps]] for run in runs]
+            block[name] = {
+                "steps": steps,
+                "per_step": [dict(zip(("mean", "low", "high"), interval([s[i] for s in series]))) for i in range(steps)],
+                "rises": [rise(s) for s in series],
+                "rise": dict(zip(("mean", "low", "high"), interval([rise(s) for s in series]))),
+            }
+        if "treated" in block:
+            treated_rise = block["treated"]["rise"]
+            control_mean = block["control"]["rise"]["mean"] if "control" in block else 0.0
+            block["verdict"] = ("rose" if treated_rise["low"] > max(0.0, control_mean) else
+                                "fell" if treated_rise["high"] < min(0.0, control_mean) else "no clear change")
+        out["metrics"][metric] = block
+    return out
+
+
+def render_curves(result: dict[str, Any], *, title: str = "Does GRPO raise the reward?") -> str:
+    lines = [f"# {title}", "",
+             f"{len(result['runs']['treated'])} GRPO run(s) against {len(result['runs']['control'])} control run(s) "
+             "(the same rounds with a learning rate of 0). Each cell: mean over the runs [95% t interval].", ""]
+    for metric, block in result["metrics"].items():
+        lines += [f"## {metric}", ""]
+        names = [n for n in ("treated", "control") if n in block]
+        lines += ["| step | " + " | ".join(names) + " |", "| ---: |" + " ---: |" * len(names)]
+        steps = max(block[n]["steps"] for n in names)
+        for i in range(steps):
+            cells = []
+            for n in names:
+                rows = block[n]["per_step"]
+                cells.append(f"{rows[i]['mean']:+.3f} [{rows[i]['low']:+.3f}, {rows[i]['high']:+.3f}]" if i < len(rows) else "")
+            lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+        lines.append("")
+        for n in names:
+            r = block[n]["rise"]
+            each = ", ".join(f"{x:+.3f}" for x in block[n]["rises"])
+            lines.append(f"- rise (last third minus first third), {n}: {r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] "
+                         f"(each run: {each})")
+        if "verdict" in block:
+            lines.append(f"- verdict: **{block['verdict']}**")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
