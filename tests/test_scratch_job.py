@@ -286,3 +286,47 @@ def test_a_stage_played_alone_is_never_its_own_base(smoke_job):
     for pair in artifact_sets.trained_against_base(sets):
         assert pair.base.kind == "baseline" and pair.base.name.rsplit("/", 1)[0] == pair.trained.name.rsplit("/", 1)[0]
     assert artifact_sets.default_pair(sets)[0].endswith("/base")
+
+
+# ----- the learning curve and the budget's estimate ---------------------------------------------------
+def _metrics(folder: Path, rewards: list[float]) -> Path:
+    folder.mkdir(parents=True)
+    rows = [{"run": "x-sft", "step": 1, "metrics": {"loss": 1.0}}]
+    rows += [{"run": "x", "step": i + 1, "metrics": {"env/reward": r, "env/full_fix": max(0.0, r)}}
+             for i, r in enumerate(rewards)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.mark.parametrize("treated, control, verdict", [
+    ([[0.1, 0.2, 0.3, 0.5, 0.6, 0.7], [0.0, 0.2, 0.2, 0.4, 0.6, 0.6], [0.1, 0.1, 0.3, 0.4, 0.5, 0.7]],
+     [[0.1, 0.2, 0.1, 0.2, 0.1, 0.2]] * 3, "rose"),
+    ([[0.1, 0.3, 0.1, 0.3, 0.1, 0.3], [0.3, 0.1, 0.3, 0.1, 0.3, 0.1], [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]],
+     [[0.1, 0.2, 0.1, 0.2, 0.1, 0.2]] * 3, "no clear change"),
+    ([[0.5, 0.6, 0.7, 0.8, 0.9, 1.0]] * 3, [[0.5, 0.6, 0.7, 0.8, 0.9, 1.0]] * 3, "no clear change"),
+], ids=["rises-above-control", "noise", "control-rises-as-much"])
+def test_the_curve_says_rose_only_when_the_treated_runs_rise_beyond_their_controls(tmp_path, treated, control, verdict):
+    from envcore.training.curves import learning_curves, render_curves
+
+    t = [_metrics(tmp_path / f"t{i}", r) for i, r in enumerate(treated)]
+    c = [_metrics(tmp_path / f"c{i}", r) for i, r in enumerate(control)]
+    result = learning_curves(t, c)
+    assert result["metrics"]["env/reward"]["verdict"] == verdict
+    assert len(result["metrics"]["env/reward"]["treated"]["per_step"]) == 6
+    assert f"verdict: **{verdict}**" in render_curves(result)
+
+
+def test_the_estimate_follows_the_jobs_own_budget_rules():
+    from envcore.training.job_estimate import estimate
+    from envcore.training.job_spec import GPU
+
+    measured = {"demonstrations": 10_000, "read_s": 2.0, "tokenizer_s": 8.0, "encode_per_s": 50.0,
+                "mean_tokens": 3000.0, "kept_share": 1.0, "env_s_per_episode": 1.0}
+    result = estimate(GPU, measured, budget_s=540, cores=16, tflops=100, ms_per_token=10, install_s=20)
+    assert result["setup_s"] == pytest.approx(20 + 2 + 8 + 10_000 / (50 * 15) + 10, abs=0.1)
+    assert result["sft_s"] == pytest.approx((540 - result["setup_s"]) * GPU.sft.share, abs=0.1)
+    total = result["setup_s"] + result["sft_s"] + result["evaluate_base_and_sft_s"] + result["grpo_s"]
+    assert total + result["final_evaluation_s"] <= 540 + 1e-6
+    assert result["evaluation_episodes_per_stage"] == 96 + 48 + 10
+    slower = estimate(GPU, measured, budget_s=540, cores=16, tflops=100, ms_per_token=40, install_s=20)
+    assert slower["grpo_steps"] < result["grpo_steps"]  # slower decoding leaves GRPO fewer steps
