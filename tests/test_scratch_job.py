@@ -330,3 +330,24 @@ def test_the_estimate_follows_the_jobs_own_budget_rules():
     assert result["evaluation_episodes_per_stage"] == 96 + 48 + 10
     slower = estimate(GPU, measured, budget_s=540, cores=16, tflops=100, ms_per_token=40, install_s=20)
     assert slower["grpo_steps"] < result["grpo_steps"]  # slower decoding leaves GRPO fewer steps
+
+
+def test_demonstrations_made_in_parts_combine_into_one_set(tmp_path):
+    from envcore.training.demos import Collection, SourceCount, combine, read_demos, write
+
+    source = REPO / "artifacts" / "demos" / "tiny-learn"
+    demos = list(read_demos(source))
+    manifest = json.loads((source / "manifest.json").read_text())
+    cache = type("Cache", (), {"root": Path(manifest["cache"]["root"]), "manifest": {"version": manifest["cache"]["version"]}})()
+    halves = [demos[:3], demos[2:]]  # one demonstration in both parts
+    for i, half in enumerate(halves):
+        write(Collection(half, {"expert": SourceCount(offered=len(half), kept=len(half))}), tmp_path / f"part{i}",
+              cache=cache, extra={"seconds": 10.0})
+    combined = combine([tmp_path / "part0", tmp_path / "part1"], tmp_path / "all")
+    assert list(read_demos(tmp_path / "all")) == demos
+    assert combined["demonstrations"] == 4 and combined["seconds"] == 20.0
+    assert combined["sources"]["expert"]["dropped"]["duplicate"] == 1 and combined["sources"]["expert"]["kept"] == 4
+    other = json.loads((tmp_path / "part1" / "manifest.json").read_text()) | {"cache": {"root": "v2", "version": "v2"}}
+    (tmp_path / "part1" / "manifest.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="different caches"):
+        combine([tmp_path / "part0", tmp_path / "part1"], tmp_path / "again")

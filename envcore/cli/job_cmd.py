@@ -19,21 +19,30 @@ from pathlib import Path
 DEFAULT_FOLDER = "build/gpu-job"
 DEMOS = "build/demos-scratch"
 DEMO_CACHE = "build/demo-cache"
-DEMO_RECIPE = (
-    # (what, the command's arguments after `python -m envcore`, the folder it writes)
-    ("scenarios of the default styles", ["factory", "build", "--n", "14000", "--seed", "1000000", "--out",
-                                        "build/demo-cache-default", "--workers", "2"], "build/demo-cache-default"),
-    ("scenarios of the realistic styles", ["factory", "build", "--n", "4000", "--seed", "2000000", "--config",
-                                          "configs/cache-v3.yaml", "--out", "build/demo-cache-realistic", "--workers",
-                                          "2"], "build/demo-cache-realistic"),
-    ("one cache of both", ["factory", "merge", "build/demo-cache-default", "build/demo-cache-realistic", "--config",
-                           "configs/cache-v3.yaml", "--out", DEMO_CACHE], DEMO_CACHE),
-    ("the expert's verified demonstrations of its train scenarios",
-     ["demos", "--cache", DEMO_CACHE, "--out", DEMOS, "--expert", "all", "--parallel", "2"], DEMOS),
-)
-"""How the job's demonstrations are made: 18,000 scenarios of their own (seeds no shipped cache uses; the
-default styles and the realistic ones, with cache v3's held-out styles filed under test_styles), then
-the expert on every train one. Each step is skipped when its folder holds its manifest."""
+
+
+def demo_recipe() -> list[tuple[str, list[str], str]]:
+    """How the job's demonstrations are made: 18,000 scenarios of their own (seeds no shipped cache uses; the
+    default styles and the realistic ones, with cache v3's held-out styles filed under test_styles), then the
+    expert on every train one, a bug class at a time (each part is kept once done). Each step is
+    ``(what, the arguments after python -m envcore, the folder it writes)``, skipped when that folder holds its
+    manifest."""
+    from envcore.factory.bugs import BUG_CLASSES
+
+    return [
+        ("scenarios of the default styles", ["factory", "build", "--n", "14000", "--seed", "1000000", "--out",
+                                            "build/demo-cache-default", "--workers", "2"], "build/demo-cache-default"),
+        ("scenarios of the realistic styles", ["factory", "build", "--n", "4000", "--seed", "2000000", "--config",
+                                              "configs/cache-v3.yaml", "--out", "build/demo-cache-realistic", "--workers",
+                                              "2"], "build/demo-cache-realistic"),
+        ("one cache of both", ["factory", "merge", "build/demo-cache-default", "build/demo-cache-realistic", "--config",
+                               "configs/cache-v3.yaml", "--out", DEMO_CACHE], DEMO_CACHE),
+        *((f"the expert's verified demonstrations of {bug_class}",
+           ["demos", "--cache", DEMO_CACHE, "--out", f"{DEMOS}/parts/{bug_class}", "--expert", "all", "--bug-class",
+            bug_class, "--parallel", "2"], f"{DEMOS}/parts/{bug_class}") for bug_class in sorted(BUG_CLASSES)),
+    ]
+
+
 DEMO_RECIPE_WORDS = ("18,000 scenarios of new seeds (default and realistic styles), then the expert on every train "
                      "one, about 10,000 verified full fixes")
 
@@ -139,13 +148,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def build_demonstrations() -> None:
-    """Run :data:`DEMO_RECIPE`, each step that has not run yet, printing how long each took."""
+    """Run :func:`demo_recipe`, each step that has not run yet, printing how long each took."""
     import subprocess
     import time
 
     import shutil
 
-    for what, arguments, output in DEMO_RECIPE:
+    for what, arguments, output in demo_recipe():
         if (Path(output) / "manifest.json").is_file():  # written last, by every step
             print(f"{what}: {output} is there")
             continue
@@ -154,6 +163,12 @@ def build_demonstrations() -> None:
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "envcore", *arguments], check=True)
         print(f"{what}: {time.perf_counter() - started:.0f} s", flush=True)
+    from envcore.training.demos import combine
+
+    parts = sorted(Path(DEMOS, "parts").iterdir())
+    manifest = combine(parts, DEMOS)
+    print(f"{manifest['demonstrations']} demonstrations of {manifest['scenarios']} train scenarios in {DEMOS} "
+          f"({manifest['seconds']:.0f} s of play in {len(parts)} parts)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

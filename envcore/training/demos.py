@@ -327,3 +327,38 @@ def read_demos(folder_or_file: str | Path) -> Iterator[Demonstration]:
         for line in handle:
             if line.strip():
                 yield Demonstration.model_validate_json(line)
+
+
+def combine(parts: Iterable[str | Path], out: str | Path) -> dict[str, Any]:
+    """One demonstrations folder from several written by :func:`write` from the same cache (a large set
+    made in parts, each part kept on disk as soon as it is done): ``demos.jsonl`` in the usual order,
+    duplicates across parts dropped, and a manifest whose counts and seconds are the parts' sums."""
+    parts = [Path(p) for p in parts]
+    manifests = [json.loads((p / "manifest.json").read_text()) for p in parts]
+    caches = {json.dumps(m["cache"], sort_keys=True) for m in manifests}
+    if len(caches) > 1:
+        raise ValueError(f"the parts come from different caches: {sorted(caches)}")
+    demos: dict[str, Demonstration] = {}
+    duplicates = 0
+    for part in parts:
+        for demo in read_demos(part):
+            if demo.demo_id in demos:
+                duplicates += 1
+                continue
+            demos[demo.demo_id] = demo
+    ordered = sorted(demos.values(), key=lambda d: (d.scenario_id, d.source, d.demo_id))
+    sources: dict[str, SourceCount] = {}
+    for manifest in manifests:
+        for name, count in manifest["sources"].items():
+            total = sources.setdefault(name, SourceCount())
+            total.offered += count["offered"]
+            total.kept += count["kept"]
+            total.dropped.update(count["dropped"])
+    if duplicates:  # played in two parts: kept once
+        first = next(iter(sources.values()))
+        first.dropped["duplicate"] += duplicates
+        first.kept -= duplicates
+    cache = type("Cache", (), {"root": Path(manifests[0]["cache"]["root"]),
+                               "manifest": {"version": manifests[0]["cache"].get("version")}})()
+    return write(Collection(ordered, sources), out, cache=cache, extra={
+        "parts": [str(p) for p in parts], "seconds": round(sum(float(m.get("seconds", 0)) for m in manifests), 1)})
