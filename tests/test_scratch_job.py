@@ -71,6 +71,10 @@ def test_imported_job_loads_as_a_model_and_its_metrics_as_trackio_runs(smoke_job
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     assert tokenizer.chat_template and model.config.vocab_size == len(tokenizer)
     assert json.loads((model_dir / "sft.json").read_text())["base"] == "artifacts/models/smoke-base"
+    from safetensors import safe_open
+
+    with safe_open(str(next(model_dir.glob("*.safetensors"))), "pt") as weights:
+        assert {str(weights.get_tensor(k).dtype) for k in weights.keys()} == {"torch.float16"}  # 16-bit to ship
     frame = read_metrics(artifacts / "trackio")
     runs = set(frame["run"])
     assert {"smoke", "smoke-sft"} <= runs

@@ -135,7 +135,7 @@ GPU = JobSpec(
                  "where it sometimes fails and sometimes succeeds; evaluated on apps it never saw."),
     model=ModelShape(vocab_size=8192, hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1280,
                      context_tokens=8192),
-    sft=SftPart(share=0.30, learning_rate=1.5e-3, warmup_steps=60, max_epochs=4, tokens_per_batch=262_144,
+    sft=SftPart(share=0.30, learning_rate=1.5e-3, warmup_steps=60, max_epochs=4, tokens_per_batch=131_072,
                 max_length=8192),
     grpo=GrpoPart(scenarios_per_step=16, group_size=8, learning_rate=2e-5, tokens_per_batch=131_072),
     # the expert's episodes take 5 to 7 steps and its longest reply about 500 characters (under 200 tokens):

@@ -282,8 +282,9 @@ class JobRun:
             import torch
 
             half = torch.bfloat16 if next(model.parameters()).device.type == "cuda" else torch.float16
-            model.to(half).save_pretrained(self.model_dir, max_shard_size="15MB")
-            model.to(torch.float32)
+            # a 16-bit copy is saved; the weights being trained stay in full precision
+            state = {k: v.detach().to(half) for k, v in model.state_dict().items()}
+            model.save_pretrained(self.model_dir, state_dict=state, max_shard_size="15MB")
             tokenizer.save_pretrained(self.model_dir)
             (self.model_dir / "README.md").write_text(MODEL_CARD.format(name=self.spec.name, stage=stage,
                                                                          description=self.spec.description))
