@@ -355,3 +355,17 @@ def test_demonstrations_made_in_parts_combine_into_one_set(tmp_path):
     (tmp_path / "part1" / "manifest.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match="different caches"):
         combine([tmp_path / "part0", tmp_path / "part1"], tmp_path / "again")
+
+
+def test_demonstrations_encoded_in_several_processes_match_one(tiny_model):
+    from transformers import AutoTokenizer
+
+    from envcore.training.demos import read_demos
+    from envcore.training.scratch_job import encode_demonstrations
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    demos = list(read_demos(REPO / "artifacts" / "demos" / "tiny-learn")) * 16  # 64: enough to spread
+    one = encode_demonstrations(demos, tokenizer, max_length=8192, workers=1)
+    two = encode_demonstrations(demos, tokenizer, max_length=8192, workers=2)
+    assert sorted(map(str, two.rows)) == sorted(map(str, one.rows)) and two.tokens == one.tokens
+    assert two.scenarios == one.scenarios and two.learned_tokens == one.learned_tokens

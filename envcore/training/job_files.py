@@ -134,8 +134,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${{OUT:?set OUT to the folder the results go to}}"
 PY="${{PYTHON:-python3}}"
-"$PY" -m pip install --quiet --no-index --no-deps --no-cache-dir --disable-pip-version-check build/gpu-job/wheels/*.whl
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false GRADIO_ANALYTICS_ENABLED=False
+mkdir -p "$OUT"
+# into the machine's own Python: the sandbox's workers read libraries from its installation folders
+PIP_BREAK_SYSTEM_PACKAGES=1 "$PY" -m pip install --quiet --no-index --no-deps --no-cache-dir \
+    --disable-pip-version-check build/gpu-job/wheels/*.whl
+export PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False
 "$PY" -m envcore job run --demos build/gpu-job/{demos} --out "$OUT" --budget "${{BUDGET:-{budget}}}" "$@" 2>&1 | tee "$OUT/job.log"
 """
 
