@@ -369,3 +369,17 @@ def test_demonstrations_encoded_in_several_processes_match_one(tiny_model):
     two = encode_demonstrations(demos, tokenizer, max_length=8192, workers=2)
     assert sorted(map(str, two.rows)) == sorted(map(str, one.rows)) and two.tokens == one.tokens
     assert two.scenarios == one.scenarios and two.learned_tokens == one.learned_tokens
+
+
+def test_run_script_is_valid_bash_and_runs_the_job_on_the_carried_files(tmp_path):
+    import subprocess
+
+    from envcore.training.job_files import write_run_script
+
+    script = write_run_script(tmp_path, budget=500)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    assert 'BUDGET="${BUDGET:-500}"' in text and "--no-index --no-deps" in text
+    assert "job run --demos build/gpu-job/demos.jsonl.xz" in text and 'tee "$OUT/job.log"' in text
+    unset = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert unset.returncode != 0 and "set OUT" in unset.stderr  # no OUT: says so, runs nothing

@@ -202,7 +202,8 @@ def train_grpo(model: Any, rollout: Any, pool: ScenarioPool, *, tiers: dict[str,
                step_estimate: float = 0.0, log: Any = None) -> GrpoFigures:
     """Practise ``model`` (in place) until ``deadline`` (``time.monotonic()``) or ``max_steps``: each
     step draws scenarios from ``pool``, plays ``group_size`` episodes of each through ``rollout`` and
-    updates once. A step is not started when the last one's length would overrun the deadline."""
+    updates once. A step is not started when the last one's length (before the first: ``step_estimate``,
+    what one pass of play is expected to take) would overrun the deadline."""
     import torch
 
     from envcore.training.episodes import EpisodeKey

@@ -431,7 +431,8 @@ def run_job(spec: JobSpec, *, demos: Path, out: Path, budget_s: float, work: Pat
                           scenarios_per_step=g.scenarios_per_step, learning_rate=g.learning_rate,
                           deadline=time.monotonic() + grpo_given, max_steps=g.max_steps,
                           tokens_per_batch=g.tokens_per_batch, pad_id=tokenizer.pad_token_id, seed=g.seed,
-                          autocast_dtype=autocast, log=lambda step, values: job.log_metrics(spec.name, step, values))
+                          autocast_dtype=autocast, step_estimate=one_eval,
+                          log=lambda step, values: job.log_metrics(spec.name, step, values))
     finally:
         rollout.close()
     clock.end("grpo")
