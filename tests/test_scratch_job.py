@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from envcore.training.grpo_loop import ScenarioPool, group_advantages, micro_batches, policy_gradient_step
-from envcore.training.job_files import GPU_IMAGE, JOB_WHEELS, RESULTS, export_results, import_results, normal
+from envcore.sandbox.app_runtime import distribution_name as normal
+from envcore.training.job_files import GPU_IMAGE, JOB_WHEELS, RESULTS, export_results, import_results
 from envcore.training.sft_loop import learning_rate, length_batches
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,28 +177,13 @@ def test_packed_demonstrations_read_back_as_written(tmp_path):
 
 
 # ----- what travels ----------------------------------------------------------------------------------
-def _requires_closure(roots: list[str]) -> set[str]:
-    wanted, stack = set(), [normal(r) for r in roots]
-    while stack:
-        name = stack.pop()
-        if name in wanted:
-            continue
-        try:
-            requires = importlib.metadata.distribution(name).requires or []
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        wanted.add(name)
-        stack += [normal(re.match(r"[A-Za-z0-9_.\-]+", r).group(0)) for r in requires if "extra ==" not in r]
-    return wanted
-
-
 def test_every_module_the_job_imports_travels_or_is_on_the_gpu_image(smoke_job):
-    from envcore.sandbox.app_runtime import APP_DISTRIBUTIONS
+    from envcore.sandbox.app_runtime import APP_DISTRIBUTIONS, requirement_closure
 
     _, _, modules = smoke_job
     owners = importlib.metadata.packages_distributions()
     imported = {normal(d) for m in modules for d in owners.get(m.split(".")[0], [])}
-    apps = _requires_closure(list(APP_DISTRIBUTIONS))  # what the zygote loads for the apps under repair
+    apps = requirement_closure(APP_DISTRIBUTIONS)  # what the zygote loads for the apps under repair
     carried = {normal(name) for name in JOB_WHEELS} | {normal(name) for name in GPU_IMAGE}
     missing = sorted((imported | apps) - carried)
     assert not missing, f"the job imports {missing}, which neither travel (JOB_WHEELS) nor are on the GPU image"

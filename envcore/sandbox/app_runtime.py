@@ -27,6 +27,7 @@ import re
 import sqlite3
 import sqlite3.dbapi2
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 APP_LIBRARIES = (
@@ -57,8 +58,27 @@ APP_DISTRIBUTIONS = (
 _IMPORTABLE: frozenset[str] | None = None
 
 
-def _normal(name: str) -> str:
+def distribution_name(name: str) -> str:
+    """A distribution's name as packaging normalises it (``Foo_Bar.baz`` -> ``foo-bar-baz``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_closure(names: Iterable[str]) -> set[str]:
+    """The installed distributions ``names`` and everything they require (extras aside), normalised
+    names; a name not installed here is left out."""
+    wanted: set[str] = set()
+    stack = [distribution_name(name) for name in names]
+    while stack:
+        name = stack.pop()
+        if name in wanted:
+            continue
+        try:
+            requires = importlib.metadata.distribution(name).requires or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        wanted.add(name)
+        stack += [distribution_name(re.match(r"[A-Za-z0-9_.\-]+", req).group(0)) for req in requires if "extra ==" not in req]
+    return wanted
 
 
 def importable_modules() -> frozenset[str]:
@@ -67,19 +87,9 @@ def importable_modules() -> frozenset[str]:
     Worked out once a process (the zygote does it before forking anything)."""
     global _IMPORTABLE
     if _IMPORTABLE is None:
-        wanted, stack = set(), [_normal(name) for name in APP_DISTRIBUTIONS]
-        while stack:
-            name = stack.pop()
-            if name in wanted:
-                continue
-            try:
-                requires = importlib.metadata.distribution(name).requires or []
-            except importlib.metadata.PackageNotFoundError:
-                continue
-            wanted.add(name)
-            stack += [_normal(re.match(r"[A-Za-z0-9_.\-]+", req).group(0)) for req in requires if "extra ==" not in req]
+        wanted = requirement_closure(APP_DISTRIBUTIONS)
         modules = {top for top, dists in importlib.metadata.packages_distributions().items()
-                   if any(_normal(d) in wanted for d in dists)}
+                   if any(distribution_name(d) in wanted for d in dists)}
         _IMPORTABLE = frozenset(modules | set(sys.stdlib_module_names) | set(sys.builtin_module_names))
     return _IMPORTABLE
 

@@ -29,6 +29,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from envcore.sandbox.app_runtime import distribution_name
+
 PART_BYTES = 15 * 2**20
 MAX_FILES_BACK = 8
 MAX_CARRIED_BYTES = 64 * 2**20
@@ -63,12 +65,6 @@ GPU_IMAGE = frozenset({
 })
 """What the GPU machine's image provides (PyTorch and its companions, transformers, the common libraries):
 the job carries nothing of these."""
-
-
-def normal(name: str) -> str:
-    import re
-
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 # ----- demonstrations -------------------------------------------------------------------------------
@@ -118,11 +114,11 @@ def download_wheels(folder: Path, *, python: str = "3.12") -> list[Path]:
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
                "--python-version", python, "--implementation", "cp", *platforms, "-d", str(folder), *pins]
     subprocess.run(command, check=True)
-    wanted = {normal(name) for name in JOB_WHEELS}
+    wanted = {distribution_name(name) for name in JOB_WHEELS}
     wheels = sorted(folder.glob("*.whl"))
     for wheel in wheels:  # an older download of another version would install twice
         name, version = wheel.name.split("-")[:2]
-        if normal(name) not in wanted or version != installed_version(name.replace("_", "-")):
+        if distribution_name(name) not in wanted or version != installed_version(name.replace("_", "-")):
             wheel.unlink()
     return sorted(folder.glob("*.whl"))
 

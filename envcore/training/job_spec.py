@@ -166,7 +166,7 @@ CPU_LEARN = JobSpec(
                  "with several seeds and with a learning rate of 0 as the control (python -m envcore job curve)."),
     model=ModelShape(vocab_size=2048, hidden_size=128, layers=3, heads=4, kv_heads=2, intermediate_size=256,
                      context_tokens=4096, tokenizer_demos=4),
-    sft=SftPart(share=0.3, learning_rate=5e-3, warmup_steps=5, max_epochs=56, tokens_per_batch=4096,
+    sft=SftPart(share=0.3, learning_rate=5e-3, warmup_steps=5, max_epochs=68, tokens_per_batch=4096,
                 max_length=4096),
     grpo=GrpoPart(scenarios_per_step=4, group_size=8, learning_rate=3e-4, max_steps=16, pool_split="demos",
                   tokens_per_batch=16384),
