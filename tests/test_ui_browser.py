@@ -249,7 +249,10 @@ def test_a_rollout_is_opened_and_stepped_through_side_by_side(page):
     choose(page, "watch-left-set", "Heuristic baseline (scripted) · evals/v2")
     choose(page, "watch-right-set", "No-op (submits the app unchanged) · evals/v2")
     page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('heuristic')")
+    # one click at a time: a button's event ignores clicks while its last one is still being answered
+    # (Gradio's trigger mode "once"), which a loaded machine makes long enough for a second click to land in
     page.click("#watch-forward")
+    page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('Step 1')")
     page.click("#watch-forward")
     page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('Step 2')")
     assert "heuristic" in page.locator("#watch-left-title").inner_text()
