@@ -51,6 +51,17 @@ def test_the_headline_row_names_the_run_that_gained_most_and_its_held_out_result
     assert "16 unseen scenarios of test: base 0% → SFT 0% → SFT+GRPO 0%" in line
 
 
+def test_a_gain_on_unseen_apps_leads_the_headline_over_a_bigger_one_on_learned_apps(tmp_path):
+    # a tiny model that memorised four apps, and a from-scratch job's model that fixes some unseen ones
+    _write(tmp_path, _table("memorised", (0.0, 1.0, 1.0), (0.0, 0.0, 0.0)), model="artifacts/models/tiny-random-llm")
+    job = _table("from-scratch", (0.0, 0.25, 0.5), (0.0, 0.0625, 0.125))
+    _write(tmp_path, job, model="artifacts/models/tiny-random-llm")
+    line = stages_view.learning_line(stages_view.read_stage_tables(tmp_path))
+    assert line.startswith("**What training did** (from\\-scratch")  # the run named is the job's
+    assert "16 unseen scenarios of test: base 0% → SFT 6% → SFT+GRPO 12%" in line
+    assert "not expected to fix apps it has not seen" not in line  # it does fix some: no such caveat
+
+
 def test_a_small_models_held_out_failure_is_said_to_be_expected(tmp_path):
     # the shipped tiny model's folder (a real config.json): a model this small
     model = "artifacts/models/tiny-random-llm"

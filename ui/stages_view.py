@@ -5,8 +5,9 @@ A run with an SFT stage writes ``artifacts/training/<run>/stages.json``
 same scenarios of every slice (the scenarios it learned, the test split, the held-out styles). This
 module reads those files, read-only and without the training stack, and says it two ways:
 
-* :func:`learning_line`: one row for the dashboard's headline card, the run whose stages gained most
-  on the scenarios it learned, with the held-out result beside it, as it is;
+* :func:`learning_line`: one row for the dashboard's headline card: the run whose stages gained most
+  on apps it never saw, or, where none gained there, on the scenarios it learned, with every slice's
+  result beside it, as it is;
 * :func:`stages_markdown`: every run's whole table for the training panel.
 
 Everything read from a file is escaped (:mod:`ui.safe`); a file that is not a stage table is skipped.
@@ -97,10 +98,19 @@ def _arrow(block: dict[str, Any], key: str = "full_fix") -> str:
     return " → ".join(f"{title} {value:.0%}" for title, value in shown if value is not None)
 
 
-def _gain(table: dict[str, Any]) -> float:
-    block = table["slices"].get(LEARNED) or next(iter(table["slices"].values()))
+def _block_gain(block: dict[str, Any]) -> float:
     stages = list(block["stages"])
     return (_rate(block, stages[-1]) or 0.0) - (_rate(block, stages[0]) or 0.0)
+
+
+def _gain(table: dict[str, Any]) -> float:
+    block = table["slices"].get(LEARNED) or next(iter(table["slices"].values()))
+    return _block_gain(block)
+
+
+def _held_out_gain(table: dict[str, Any]) -> float:
+    """The largest full-fix gain, first stage to last, on a slice of apps the run never learned."""
+    return max((_block_gain(b) for name, b in table["slices"].items() if name != LEARNED), default=0.0)
 
 
 def _size(table: dict[str, Any]) -> str:
@@ -108,7 +118,7 @@ def _size(table: dict[str, Any]) -> str:
     if not parameters:
         return ""
     if parameters < 1e5:  # a toy model (a smoke run's) would read as "0.0M"
-        return f"a {parameters:,}-parameter model"
+        return f"{'an' if str(parameters).startswith(('8', '11', '18')) else 'a'} {parameters:,}-parameter model"
     return f"a {parameters / 1e6:.1f}M-parameter model" if parameters < 1e9 else f"a {parameters / 1e9:.1f}B-parameter model"
 
 
@@ -116,7 +126,8 @@ def learning_line(tables: list[dict[str, Any]]) -> str:
     """The headline row (see the module docstring); ``""`` when no run has a stage table."""
     if not tables:
         return ""
-    table = max(tables, key=lambda t: (_gain(t), t["run"]))
+    # a gain on apps the model never saw says more than one on the apps it was taught
+    table = max(tables, key=lambda t: (_held_out_gain(t) > 0, _held_out_gain(t), _gain(t), t["run"]))
     size = _size(table)
     head = f"**What training did** ({safe.markdown(table['run'])}{', ' + size if size else ''}): "
     parts = []
@@ -130,7 +141,7 @@ def learning_line(tables: list[dict[str, Any]]) -> str:
         parts.append(text)
     line = head + "; ".join(parts) + "."
     small = table.get("parameters") is not None and table["parameters"] < SMALL_MODEL
-    if small and any(name != LEARNED for name in table["slices"]):
+    if small and any(name != LEARNED for name in table["slices"]) and _held_out_gain(table) <= 0:
         line += " A model this small learns the apps it was shown; it is not expected to fix apps it has not seen."
     return line
 
