@@ -78,6 +78,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                    "same code path at toy scale, for a CPU")
     r.add_argument("--grpo-seed", type=int, default=None,
                    help="GRPO's seed (scenario draws and sampling); the model and SFT stay the same")
+    r.add_argument("--grpo-learning-rate", type=float, default=None, metavar="LR",
+                   help="GRPO's learning rate instead of the preset's")
     r.add_argument("--control", action="store_true",
                    help="GRPO with a learning rate of 0: the same rounds, no update (the curve's control)")
     r.add_argument("--cache", default=None, help="the scenario cache (default: the newest shipped one)")
@@ -179,6 +181,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     grpo: dict[str, object] = {}
     if args.grpo_seed is not None:
         grpo["seed"] = args.grpo_seed
+    if args.grpo_learning_rate is not None:
+        if args.grpo_learning_rate < 0:
+            print("--grpo-learning-rate must be 0 or more", file=sys.stderr)
+            return 2
+        grpo["learning_rate"] = args.grpo_learning_rate
     if args.control:
         grpo["learning_rate"] = 0.0
     if grpo:
