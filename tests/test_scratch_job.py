@@ -306,6 +306,17 @@ def test_the_curve_says_rose_only_when_the_treated_runs_rise_beyond_their_contro
     assert f"verdict: **{verdict}**" in render_curves(result)
 
 
+def test_one_treated_run_gets_no_verdict_however_far_it_falls(tmp_path):
+    from envcore.training.curves import learning_curves
+
+    treated = _metrics(tmp_path / "t", [0.6, 0.4, 0.3, 0.2, 0.2, 0.1])
+    control = _metrics(tmp_path / "c", [0.6, 0.6, 0.5, 0.6, 0.7, 0.6])
+    block = learning_curves([treated], [control])["metrics"]["env/reward"]
+    assert block["verdict"].startswith("one treated run")
+    assert block["steps_below_control"] == 5 and block["steps_above_control"] == 0
+    assert block["mean_difference_after_first"] == pytest.approx(-0.36)
+
+
 def test_the_estimate_follows_the_jobs_own_budget_rules():
     from envcore.training.job_estimate import estimate
     from envcore.training.job_spec import GPU

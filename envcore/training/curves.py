@@ -11,7 +11,9 @@ and gives, per step and per group (treated, control), the mean over seeds with a
 (Student's t over the seeds); and per run the **rise**: the mean of the last third of its steps
 minus the mean of its first third. The verdict compares the treated runs' rises with the controls':
 GRPO raised the reward only if the treated runs rose and their rise's interval lies above the
-control's mean rise. :func:`render_curves` says it in Markdown.
+control's mean rise; with one treated run there is no interval and so no verdict. Beside it, step by
+step, the treated mean against the control's (how many steps below and above it, and the mean
+difference after the first step, which both arms share). :func:`render_curves` says it in Markdown.
 """
 
 from __future__ import annotations
@@ -72,11 +74,22 @@ def learning_curves(treated: list[str | Path], control: list[str | Path], *, met
                 "rises": [rise(s) for s in series],
                 "rise": dict(zip(("mean", "low", "high"), interval([rise(s) for s in series]))),
             }
-        if "treated" in block:
+        if "treated" in block and len(groups["treated"]) < 2:
+            block["verdict"] = "one treated run: no interval, no verdict"
+        elif "treated" in block:
             treated_rise = block["treated"]["rise"]
             control_mean = block["control"]["rise"]["mean"] if "control" in block else 0.0
             block["verdict"] = ("rose" if treated_rise["low"] > max(0.0, control_mean) else
                                 "fell" if treated_rise["high"] < min(0.0, control_mean) else "no clear change")
+        if "treated" in block and "control" in block:
+            # step by step, treated against control: the arms share their first step (the same model and
+            # seed), so from the second on each difference is what the updates changed, plus sampling noise
+            t = [r["mean"] for r in block["treated"]["per_step"]]
+            c = [r["mean"] for r in block["control"]["per_step"]]
+            later = list(zip(t, c))[1:]
+            block["steps_below_control"] = sum(a < b for a, b in later)
+            block["steps_above_control"] = sum(a > b for a, b in later)
+            block["mean_difference_after_first"] = statistics.fmean(a - b for a, b in later) if later else 0.0
         out["metrics"][metric] = block
     return out
 
@@ -102,6 +115,10 @@ def render_curves(result: dict[str, Any], *, title: str = "Does GRPO raise the r
             each = ", ".join(f"{x:+.3f}" for x in block[n]["rises"])
             lines.append(f"- rise (last third minus first third), {n}: {r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] "
                          f"(each run: {each})")
+        if "steps_below_control" in block:
+            lines.append(f"- after the first step, treated minus control: {block['mean_difference_after_first']:+.3f} on "
+                         f"average; below the control in {block['steps_below_control']} steps, above in "
+                         f"{block['steps_above_control']}")
         if "verdict" in block:
             lines.append(f"- verdict: **{block['verdict']}**")
         lines.append("")
