@@ -373,10 +373,57 @@ def test_run_script_is_valid_bash_and_runs_the_job_on_the_carried_files(tmp_path
 
     from envcore.training.job_files import write_run_script
 
-    script = write_run_script(tmp_path, budget=500)
+    folder = tmp_path / "build" / "gpu-job"
+    folder.mkdir(parents=True)
+    script = write_run_script(folder, repo=tmp_path, budget=500)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
-    assert 'BUDGET="${BUDGET:-500}"' in text and "--no-index --no-deps" in text
-    assert "job run --demos build/gpu-job/demos.jsonl.xz" in text and 'tee "$OUT/job.log"' in text
+    assert 'BUDGET="${BUDGET:-500}"' in text and "--no-index --no-deps" in text and '"$HERE/wheels.tar.xz"' in text
+    assert 'cd "$HERE/../.."' in text  # the repository's root, from the folder
+    assert 'job run --demos "$HERE/demos.jsonl.xz"' in text and 'tee "$OUT/job.log"' in text
+    with pytest.raises(ValueError, match="outside the repository"):
+        write_run_script(tmp_path, repo=folder)
     unset = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert unset.returncode != 0 and "set OUT" in unset.stderr  # no OUT: says so, runs nothing
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A minimal, valid pure-Python wheel, built by hand (nothing is downloaded)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {"a01probe/__init__.py": b"VALUE = 42\n" + b"# padding\n" * 200,
+             "a01probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: a01probe\nVersion: 1.0\n",
+             "a01probe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for name, data in files.items()) + "a01probe-1.0.dist-info/RECORD,,\n"
+    path = folder / "a01probe-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in files.items():
+            wheel.writestr(name, data)
+        wheel.writestr("a01probe-1.0.dist-info/RECORD", record)
+    return path
+
+
+def test_packed_wheels_unpack_as_run_sh_does_and_install(tmp_path):
+    import subprocess
+    import sys
+    import zipfile
+
+    from envcore.training.job_files import pack_wheels
+
+    (tmp_path / "in").mkdir()
+    wheel = _tiny_wheel(tmp_path / "in")
+    pack = pack_wheels([wheel], tmp_path / "wheels.tar.xz")
+    unpacked = tmp_path / "unpacked"
+    # the line run.sh runs on the GPU machine
+    subprocess.run([sys.executable, "-c", "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], "
+                    "filter='data')", str(pack), str(unpacked)], check=True)
+    restored = unpacked / wheel.name
+    with zipfile.ZipFile(wheel) as a, zipfile.ZipFile(restored) as b:
+        assert {i.filename: a.read(i) for i in a.infolist()} == {i.filename: b.read(i) for i in b.infolist()}
+        assert {i.compress_type for i in b.infolist()} == {zipfile.ZIP_STORED}
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
+                    str(tmp_path / "site"), str(restored)], check=True)
+    assert (tmp_path / "site" / "a01probe" / "__init__.py").read_bytes().startswith(b"VALUE = 42")

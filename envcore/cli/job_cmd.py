@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_FOLDER = "build/gpu-job"
+WHEELS_DOWNLOAD = "build/wheels-py312"
+"""Where the wheels are downloaded (not carried: the carried folder holds them packed)."""
 DEMOS = "build/demos-scratch"
 DEMO_CACHE = "build/demo-cache"
 
@@ -122,10 +124,13 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from envcore.training.job_files import (MAX_CARRIED_BYTES, download_wheels, folder_bytes, pack_demos,
-                                            tracked_bytes, write_run_script)
+    from envcore.training.job_files import (MAX_CARRIED_BYTES, WHEELS_PACK, download_wheels, folder_bytes, pack_demos,
+                                            pack_wheels, tracked_bytes, write_run_script)
 
     folder = Path(args.out)
+    if not folder.resolve().is_relative_to(Path.cwd().resolve()):
+        print(f"--out {folder} is outside this repository: it must travel with the working tree", file=sys.stderr)
+        return 2
     if not (Path(args.demos) / "demos.jsonl").is_file():
         if args.demos != DEMOS:
             print(f"no demos.jsonl in {args.demos}", file=sys.stderr)
@@ -135,9 +140,19 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     print(f"demonstrations: {packed['demonstrations']} ({packed['raw_bytes'] / 2**20:.1f} MiB, packed "
           f"{packed['packed_bytes'] / 2**20:.1f} MiB)")
     if not args.no_wheels:
-        wheels = download_wheels(folder / "wheels")
-        print(f"wheels: {len(wheels)} ({folder_bytes(folder / 'wheels') / 2**20:.1f} MiB)")
-    write_run_script(folder, budget=args.budget)
+        wheels = download_wheels(Path(WHEELS_DOWNLOAD))
+        packed_wheels = pack_wheels(wheels, folder / WHEELS_PACK)
+        print(f"wheels: {len(wheels)} ({sum(w.stat().st_size for w in wheels) / 2**20:.1f} MiB, packed "
+              f"{packed_wheels.stat().st_size / 2**20:.1f} MiB)")
+    elif not (folder / WHEELS_PACK).is_file():
+        print(f"--no-wheels, but {folder / WHEELS_PACK} is not there yet", file=sys.stderr)
+        return 1
+    stale = folder / "wheels"  # the unpacked layout of earlier versions would travel beside the pack
+    if stale.is_dir():
+        import shutil
+
+        shutil.rmtree(stale)
+    write_run_script(folder, repo=Path.cwd(), budget=args.budget)
     carried, tracked = folder_bytes(folder), tracked_bytes(Path.cwd())
     total = carried + tracked
     print(f"travels: {folder} {carried / 2**20:.1f} MiB + tracked files {tracked / 2**20:.1f} MiB = "

@@ -5,8 +5,10 @@ this project's own stack and no package index; what it needs beyond that image t
 working tree, in one folder that git ignores (``build/gpu-job/``, at most 64 MiB with the tracked
 files):
 
-* ``wheels/``: the Python 3.12 wheels of :data:`JOB_WHEELS`, at the versions installed here (the
-  project's pins), for x86-64 Linux;
+* ``wheels.tar.xz``: the Python 3.12 wheels of :data:`JOB_WHEELS`, at the versions installed here (the
+  project's pins), for x86-64 Linux, downloaded into ``build/wheels-py312/`` and repacked uncompressed
+  inside one xz archive (a third smaller than the wheels as downloaded: the tracked files travel too,
+  and everything must fit 64 MiB);
 * ``demos.jsonl.xz`` and ``demos-manifest.json``: the demonstrations, packed (xz);
 * ``run.sh``: the one command the machine runs (install the wheels into its Python, then the job).
 
@@ -103,6 +105,28 @@ def installed_version(name: str) -> str:
     return version(name)
 
 
+WHEELS_PACK = "wheels.tar.xz"
+
+
+def pack_wheels(wheels: list[Path], target: Path) -> Path:
+    """``wheels`` as one xz tar at ``target``, each wheel rewritten with its files stored uncompressed
+    (same files, same RECORD hashes), so that xz compresses the code itself rather than deflated bytes."""
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(Path(folder) / wheel.name, "w", zipfile.ZIP_STORED) as out:
+                for item in source.infolist():
+                    out.writestr(item, source.read(item.filename), compress_type=zipfile.ZIP_STORED)
+        temporary = target.with_name(f".{target.name}.tmp")
+        with tarfile.open(temporary, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
+            for wheel in sorted(Path(folder).iterdir()):
+                tar.add(wheel, arcname=wheel.name)
+        os.replace(temporary, target)
+    return target
+
+
 def download_wheels(folder: Path, *, python: str = "3.12") -> list[Path]:
     """Python ``python`` wheels of :data:`JOB_WHEELS` (the versions installed here) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,24 +152,34 @@ RUN_SCRIPT = """#!/usr/bin/env bash
 # Python, then run the job into $OUT (written by `python -m envcore job prepare`).
 set -euo pipefail
 START=$(date +%s)
-cd "$(dirname "$0")/../.."
+HERE="$(cd "$(dirname "$0")" && pwd)"
+cd "$HERE/{root}"  # the repository's root, where python -m envcore runs
 : "${{OUT:?set OUT to the folder the results go to}}"
 PY="${{PYTHON:-python3}}"
 BUDGET="${{BUDGET:-{budget}}}"  # seconds for this whole script, the install included
 mkdir -p "$OUT"
 # into the machine's own Python: the sandbox's workers read libraries from its installation folders
+WHEELS=$(mktemp -d)
+"$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
+    "$HERE/{wheels}" "$WHEELS"
 PIP_BREAK_SYSTEM_PACKAGES=1 "$PY" -m pip install --quiet --no-index --no-deps --no-cache-dir \
-    --disable-pip-version-check build/gpu-job/wheels/*.whl
+    --disable-pip-version-check "$WHEELS"/*.whl
+rm -rf "$WHEELS"
 export PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False
 # the job's own clock starts once Python has imported it: leave 15 s for that
 LEFT=$(( BUDGET - ($(date +%s) - START) - 15 ))
-"$PY" -m envcore job run --demos build/gpu-job/{demos} --out "$OUT" --budget "$LEFT" "$@" 2>&1 | tee "$OUT/job.log"
+"$PY" -m envcore job run --demos "$HERE/{demos}" --out "$OUT" --budget "$LEFT" "$@" 2>&1 | tee "$OUT/job.log"
 """
 
 
-def write_run_script(folder: Path, *, budget: int = 540) -> Path:
+def write_run_script(folder: Path, *, repo: Path, budget: int = 540) -> Path:
+    """``folder/run.sh``; ``folder`` must lie inside ``repo`` (it travels with the working tree)."""
+    folder, repo = folder.resolve(), repo.resolve()
+    if not folder.is_relative_to(repo):
+        raise ValueError(f"{folder} is outside the repository {repo}: it would not travel with the working tree")
     path = folder / "run.sh"
-    path.write_text(RUN_SCRIPT.format(demos=DEMOS_PACK, budget=budget))
+    path.write_text(RUN_SCRIPT.format(demos=DEMOS_PACK, wheels=WHEELS_PACK, budget=budget,
+                                      root=os.path.relpath(repo, folder)))
     path.chmod(0o755)
     return path
 
