@@ -36,6 +36,10 @@ def test_smoke_job_runs_every_stage_and_writes_the_shipped_format(smoke_job):
     back = sorted(p.name for p in out.iterdir() if p.is_file())
     assert RESULTS in back and any(name.endswith(".safetensors") for name in back)
     assert len(back) <= 8 and all(p.stat().st_size <= 16 * 2**20 for p in out.iterdir() if p.is_file())
+    assert not [p for p in out.iterdir() if p.is_dir()]  # the working folder is elsewhere: only these come back
+    from envcore.training.curves import grpo_rows
+
+    assert [r["step"] for r in grpo_rows(out)] == [1, 2]  # the curve reads a job's folder as it came back
 
     run = artifacts / "training" / "smoke"
     table = json.loads((run / "stages.json").read_text())

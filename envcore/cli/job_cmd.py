@@ -85,7 +85,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     r.add_argument("--control", action="store_true",
                    help="GRPO with a learning rate of 0: the same rounds, no update (the curve's control)")
     r.add_argument("--cache", default=None, help="the scenario cache (default: the newest shipped one)")
-    r.add_argument("--work", default=None, help="working folder (default: OUT/work)")
+    r.add_argument("--work", default=None,
+                   help="working folder, replaced and kept (default: a folder of its own in the temporary folder, "
+                   "removed at the end); never inside OUT, where only the exported files go")
     r.add_argument("--name", default=None, help="the run's name (default: the preset's)")
     r.set_defaults(func=cmd_run)
 

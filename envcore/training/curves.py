@@ -28,15 +28,29 @@ METRICS = ("env/reward", "env/full_fix")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
+def _metrics_text(folder: Path) -> str:
+    """``metrics.jsonl`` of a run folder, of a job's ``--out`` folder (inside its ``results.tar.gz``), or
+    of a job's working folder."""
+    import io
+    import tarfile
+
+    plain = [folder / "metrics.jsonl", *sorted(folder.glob("training/*/metrics.jsonl"))]
+    found = next((p for p in plain if p.is_file()), None)
+    if found is not None:
+        return found.read_text()
+    parts = sorted(folder.glob("results.tar.gz.[0-9][0-9]")) or [folder / "results.tar.gz"]
+    if parts[0].is_file():
+        with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
+            for member in tar.getmembers():
+                if member.name.startswith("training/") and member.name.endswith("/metrics.jsonl"):
+                    return tar.extractfile(member).read().decode()
+    raise FileNotFoundError(f"no metrics.jsonl in {folder} (nor in a results.tar.gz there)")
+
+
 def grpo_rows(folder: str | Path) -> list[dict[str, Any]]:
-    """The GRPO rows of one job's ``metrics.jsonl`` (a job's ``--out`` folder, or the run folder itself),
-    in step order."""
-    folder = Path(folder)
-    candidates = [folder / "metrics.jsonl", *sorted(folder.glob("work/training/*/metrics.jsonl"))]
-    path = next((c for c in candidates if c.is_file()), None)
-    if path is None:
-        raise FileNotFoundError(f"no metrics.jsonl in {folder}")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The GRPO rows of one job's metrics (:func:`_metrics_text`), in step order."""
+    text = _metrics_text(Path(folder))
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     grpo = [r for r in rows if not r["run"].endswith("-sft") and "env/reward" in r["metrics"]]
     return sorted(grpo, key=lambda r: r["step"])
 

@@ -114,6 +114,7 @@ def pack_wheels(wheels: list[Path], target: Path) -> Path:
     import tempfile
     import zipfile
 
+    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         for wheel in wheels:
             with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(Path(folder) / wheel.name, "w", zipfile.ZIP_STORED) as out:

@@ -27,8 +27,9 @@
 Results (:mod:`envcore.training.job_files`): ``DIR/job.log``, ``DIR/results.tar.gz`` (the run
 folder in the layout of ``artifacts/``: ``training/<name>/`` with ``training.json``, ``job.json``,
 ``stages.json``/``.md``, ``metrics.jsonl``, every evaluation's episodes, and ``models/<name>/``
-without its weights) and the weights in 16-bit, in shards of at most 15 MiB. ``python -m envcore
-job import DIR`` puts them into ``artifacts/`` for the Space.
+without its weights) and the weights in 16-bit, in shards of at most 15 MiB. The run is built in a
+working folder outside ``DIR`` (``--work``, kept; by default a folder of its own in the temporary
+folder, removed at the end), so nothing else lands there. ``python -m envcore job import DIR`` puts them into ``artifacts/`` for the Space.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import platform
 import random
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -320,9 +322,16 @@ def run_job(spec: JobSpec, *, demos: Path, out: Path, budget_s: float, work: Pat
     from envcore.env.reward import reward_configuration, reward_configuration_hash
     from envcore.env.sampler import CurriculumSampler
 
+    # not inside ``out``: only the exported files come back from a GPU machine (8 at most, 2 folders deep);
+    # a folder of its own unless one is given (two jobs at once never share one), removed at the end
+    if work is None:
+        temporary = Path(tempfile.mkdtemp(prefix=f"a01-job-{spec.name}-"))
+        try:
+            return run_job(spec, demos=demos, out=out, budget_s=budget_s, work=temporary, cache_path=cache_path, say=say)
+        finally:
+            shutil.rmtree(temporary, ignore_errors=True)
     clock = Clock(budget_s)
     out.mkdir(parents=True, exist_ok=True)
-    work = work or out / "work"
     if work.exists():
         shutil.rmtree(work)
     job = JobRun(spec, work, out, say, clock)
