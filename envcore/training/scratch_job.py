@@ -39,7 +39,6 @@ import os
 import platform
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
