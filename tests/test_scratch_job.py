@@ -13,6 +13,7 @@ import io
 import json
 import random
 import re
+import statistics
 import tarfile
 from pathlib import Path
 
@@ -62,6 +63,10 @@ def test_smoke_job_runs_every_stage_and_writes_the_shipped_format(smoke_job):
     assert clock["elapsed_s"] <= clock["budget_s"] and {"setup", "sft", "eval_base", "eval_sft", "grpo",
                                                          "eval_final"} <= set(clock["stages"])
     assert training["stages"]["sft"]["steps"] >= 1 and training["stages"]["grpo"]["steps"] == 2
+    timing = training["stages"]["grpo"]["timing"]
+    assert timing["seconds_per_step_median"] == pytest.approx(
+        statistics.median(r["metrics"]["step_seconds"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+                          if r["run"] == "smoke"), abs=1e-3)
     assert training["reward_configuration_hash"]
 
 

@@ -189,6 +189,8 @@ class GrpoFigures:
 
         return {"steps": self.steps, "wall_seconds": round(self.seconds, 2),
                 "seconds_per_step": round(self.seconds / self.steps, 3) if self.steps else None,
+                "seconds_per_step_median": (round(statistics.median(r["step_seconds"] for r in self.rows), 3)
+                                            if self.rows else None),
                 "env_share": round(self.env_seconds / self.seconds, 4) if self.seconds else None,
                 "generation_share": round(self.generation_seconds / self.seconds, 4) if self.seconds else None,
                 "reward": ends("env/reward"), "full_fix": ends("env/full_fix"),

@@ -445,7 +445,7 @@ def run_job(spec: JobSpec, *, demos: Path, out: Path, budget_s: float, work: Pat
         rollout.close()
     clock.end("grpo")
     grpo_dict = grpo.as_dict()
-    job.summary["stages"]["grpo"] = {"timing": {"steps": grpo.steps, "seconds_per_step_median": grpo_dict["seconds_per_step"],
+    job.summary["stages"]["grpo"] = {"timing": {"steps": grpo.steps, "seconds_per_step_median": grpo_dict["seconds_per_step_median"],
                                                 "seconds_per_step_mean": grpo_dict["seconds_per_step"],
                                                 "env_share": grpo_dict["env_share"],
                                                 "generation_share": grpo_dict["generation_share"]},
