@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from envcore.linediff import unified_diff
+
 DEV_NULL = "/dev/null"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 NO_NEWLINE = "\\ No newline at end of file"
@@ -86,7 +88,7 @@ def make_diff(old: Mapping[str, str], new: Mapping[str, str], context: int = 3) 
         from_name = f"a/{path}" if a is not None else DEV_NULL
         to_name = f"b/{path}" if b is not None else DEV_NULL
         out.append(f"diff --git a/{path} b/{path}\n")
-        lines = list(difflib.unified_diff(split_lines(a or ""), split_lines(b or ""), from_name, to_name, n=context))
+        lines = list(unified_diff(split_lines(a or ""), split_lines(b or ""), from_name, to_name, n=context))
         if not lines:  # an empty file added or removed: headers only, no hunk
             lines = [f"--- {from_name}\n", f"+++ {to_name}\n"]
         for line in lines:
@@ -218,18 +220,57 @@ def _mark_no_newline(hunk: Hunk, last_tag: str) -> None:
             lines[-1] = lines[-1].rstrip("\n")
 
 
-def _find(haystack: list[str], needle: list[str], hint: int) -> int | None:
+SEARCH_BUDGET = 4_000_000
+"""Lines one :func:`apply_patch` may look at while placing hunks whose line numbers are off (every hunk
+and file together): placing hundreds of misnumbered hunks in the largest file takes a fraction of it,
+and it keeps a diff built to be slow to place (a long hunk that almost matches everywhere in a file of
+identical lines) to milliseconds. Counted, not timed: the same diff always gets the same answer."""
+
+
+class _SearchBudget:
+    __slots__ = ("left",)
+
+    def __init__(self, lines: int) -> None:
+        self.left = lines
+
+    def spend(self, lines: int, path: str, header: str) -> None:
+        self.left -= lines
+        if self.left < 0:
+            raise PatchError(f"{path}: hunk {header} could not be placed: too many hunks whose line numbers are "
+                             "off, in too large a file; give each hunk's line numbers as they are in the file")
+
+
+def _find(haystack: list[str], needle: list[str], hint: int, budget: _SearchBudget, path: str, header: str) -> int | None:
+    """Where ``needle`` starts in ``haystack``: at ``hint`` if it is there, else at the one place it
+    occurs (``None`` if it occurs nowhere or more than once). Candidates come from the needle's longest
+    line (usually its rarest), found at C speed; each is checked whole. The work is charged to
+    ``budget``."""
     if not needle:
         return min(max(hint, 0), len(haystack))
     if haystack[hint : hint + len(needle)] == needle:
         return hint
-    spots = [i for i in range(len(haystack) - len(needle) + 1) if haystack[i : i + len(needle)] == needle]
+    anchor = max(range(len(needle)), key=lambda k: len(needle[k]))
+    line, last = needle[anchor], len(haystack) - len(needle) + anchor
+    spots: list[int] = []
+    position = anchor
+    while position <= last and len(spots) < 2:
+        try:
+            found = haystack.index(line, position, last + 1)
+        except ValueError:
+            budget.spend(max(last + 1 - position, 0) // 8, path, header)
+            break
+        budget.spend((found - position) // 8 + len(needle), path, header)
+        start = found - anchor
+        if haystack[start : start + len(needle)] == needle:
+            spots.append(start)
+        position = found + 1
     return spots[0] if len(spots) == 1 else None
 
 
 def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
     """Return a new file mapping with ``diff`` applied, or raise :class:`PatchError`."""
     result = dict(files)
+    budget = _SearchBudget(SEARCH_BUDGET)
     for patch in parse_patch(diff):
         # `diff -N` names both sides even for an added or removed file, dating the missing side at the epoch
         if EPOCH in patch.old_header and all(h.old_start == 0 and not h.old_lines for h in patch.hunks):
@@ -247,7 +288,7 @@ def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
         offset = 0
         for hunk in patch.hunks:
             hint = max(hunk.old_start - 1, 0) + offset
-            at = _find(source, hunk.old_lines, hint)
+            at = _find(source, hunk.old_lines, hint, budget, patch.path, hunk.header)
             if at is None:
                 raise PatchError(
                     f"{patch.path}: hunk {hunk.header} does not apply (its context and removed lines are not "

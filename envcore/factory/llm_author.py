@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
@@ -43,8 +42,8 @@ from envcore.factory.draft import TRAP_TEXT, DraftError, SpecDraft, expand
 from envcore.factory.template_author import draft_for
 from envcore.runner.base import ProbeRunner
 from envcore.scenario.bundle import Bundle
-from envcore.textscan import closing_brace
 from envcore.scenario.spec import DomainSpec, ScenarioSpec, TrapKind
+from envcore.textscan import closing_brace, fenced_blocks, without_tagged_blocks
 
 Stage = Literal["backend", "parse", "schema", "config", "expand", "compile", "check"]
 """Where an attempt was rejected, in pipeline order."""
@@ -369,10 +368,10 @@ class DraftParseError(ValueError):
     """The reply holds no parseable JSON object."""
 
 
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n(.*?)```", re.DOTALL)
 MAX_CANDIDATES = 50
 """Opening braces tried before giving up on a reply (bounds the work on long junk)."""
+SCAN_BUDGET_FACTOR = 4
+"""Characters the brace search may scan, all candidates together, as a multiple of the reply's length."""
 
 
 def _balanced_objects(text: str) -> list[str]:
@@ -384,9 +383,11 @@ def _balanced_objects(text: str) -> list[str]:
     spans: list[str] = []
     kept_unclosed = False
     start, tries = text.find("{"), 0
-    while start != -1 and tries < MAX_CANDIDATES:
+    budget = SCAN_BUDGET_FACTOR * len(text)
+    while start != -1 and tries < MAX_CANDIDATES and budget > 0:
         tries += 1
-        end = closing_brace(text, start)
+        end = closing_brace(text, start, limit=start + budget)
+        budget -= (end if end != -1 else min(len(text), start + budget)) - start + 1
         if end == -1:
             if not kept_unclosed:
                 spans.append(text[start:])
@@ -404,8 +405,8 @@ def extract_json(text: str) -> dict[str, Any]:
     tagged ``json`` before others), then every balanced ``{...}`` span in order. Raises
     :class:`DraftParseError` naming the first JSON error met when no candidate parses.
     """
-    cleaned = _THINK.sub("", text)
-    fences = _FENCE.findall(cleaned)
+    cleaned = without_tagged_blocks(text, ("think",))
+    fences = list(fenced_blocks(cleaned))
     candidates = [body for tag, body in fences if tag.lower() == "json"]
     candidates += [body for tag, body in fences if tag.lower() != "json"]
     candidates += _balanced_objects(cleaned)
