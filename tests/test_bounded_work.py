@@ -182,3 +182,46 @@ def test_large_files_diff_in_bounded_time_and_round_trip():
         diff, seconds = cpu(make_diff, {"a.py": old}, {"a.py": new})
         assert seconds < CPU_S
         assert apply_patch({"a.py": old}, diff) == {"a.py": new}
+
+
+# -- through an episode: each of these is one clear invalid (or valid) step, never seconds of CPU -----
+
+@pytest.fixture
+def episode(sandbox):
+    from envcore.cache import ScenarioCache
+    from envcore.env.episode import Episode
+
+    bundle = next(iter(ScenarioCache.open(None)))
+    ep = Episode(bundle, sandbox, max_steps=12)
+    yield ep
+    ep.close_live()
+
+
+@pytest.mark.parametrize("shape", ["balanced_nesting", "nested_quoted_keys", "unclosed_fences", "python_literal_of_commas"])
+def test_a_slow_reply_is_one_invalid_step_in_bounded_time(episode, shape):
+    observation, seconds = cpu(episode.step, {"tool": "reply", "text": ADVERSARIAL_REPLIES[shape]})
+    assert observation.error.startswith("format error") and episode.invalid_actions == 1
+    assert seconds < CPU_S
+    assert episode.step({"tool": "list_files"}).error is None
+
+
+def test_a_large_file_and_slow_patches_cost_milliseconds_per_step(episode):
+    """Write the largest file an episode allows, then send the diffs that are slowest to place and to show."""
+    path = sorted(p for p in episode.files if p.endswith(".py"))[0]
+    chunk = "".join(f"x{i} = {i}\n" for i in range(1500))
+    episode.step({"tool": "edit_file", "path": path, "search": episode.files[path][:40],
+                  "replace": episode.files[path][:40] + chunk})
+    lines = episode.files[path].splitlines()
+    interleaved = "".join(f"{line}\n# note {i}\n" for i, line in enumerate(lines))
+    steps = [
+        {"tool": "apply_patch", "diff": _misnumbered_hunk(["a"] * 20_000, "b").replace("a.py", path)},
+        {"tool": "edit_file", "path": path, "search": episode.files[path], "replace": interleaved},
+        {"tool": "view_diff"},
+    ]
+    observations = []
+    for action in steps:
+        observation, seconds = cpu(episode.step, action)
+        observations.append(observation)
+        assert seconds < 2 * CPU_S, (action["tool"], seconds)
+    assert "does not apply" in observations[0].error
+    assert observations[1].error is None and "# note 7" in observations[2].result["diff"]
