@@ -157,18 +157,22 @@ def contain(
     rehearse: Callable[[], None] | None = None,
     idle_priority: bool = False,
     workspace_access: str = "writable",
-) -> dict[str, Any]:
-    """Steps 5-7 but the audit hook (the caller has done 1-4); return the active layers and what
-    could not be applied. The hook comes last, with :func:`install_audit_hook`, once the worker has
+) -> tuple[dict[str, Any], landlock.PreparedLayer | None]:
+    """Steps 5-7 but the audit hook (the caller has done 1-4); return the active layers (and what could
+    not be applied) and, for a writable workspace, the prepared layer that freezes it once the app has
+    loaded (:func:`freeze`). The hook comes last, with :func:`install_audit_hook`, once the worker has
     written the app's files (which must not count against the app's own file quota).
 
-    ``rehearse`` (trusted code, see :func:`envcore.sandbox.worker.rehearse`) runs once the kernel
-    layers are in place. With ``idle_priority`` everything up to here runs under ``SCHED_IDLE``, so
+    The order: limits, the Landlock layer, the freeze layer prepared, ``rehearse``, capabilities
+    dropped, and the seccomp allowlist last, so the filter need not allow anything the earlier layers
+    call (no Landlock call is open to the app but applying the one prepared freeze).
+
+    ``rehearse`` (trusted code, see :func:`envcore.sandbox.worker.rehearse`) runs once the Landlock
+    layer is in place. With ``idle_priority`` everything up to there runs under ``SCHED_IDLE``, so
     preparing a spare only ever uses a CPU nobody else wants; the worker returns to normal priority
     before it drops its capabilities (only a privileged process may leave ``SCHED_IDLE``).
     ``workspace_access`` is ``"writable"`` (a worker, which may create files until its app has loaded
-    and then freezes the folder, :func:`freeze`), ``"frozen"`` (no file may be created at all) or
-    ``"read-only"``."""
+    and then freezes the folder), ``"frozen"`` (no file may be created at all) or ``"read-only"``."""
     if idle_priority:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     layers: dict[str, Any] = {"rlimits": True}
@@ -182,18 +186,20 @@ def contain(
     else:
         raise ValueError(f"unknown workspace access {workspace_access!r}")
     layers["landlock_abi"] = abi
-    problem_sc = seccomp.install()
-    layers["seccomp"] = problem_sc is None
+    freezer = prepare_freeze(workspace, read_roots) if workspace_access == "writable" and abi else None
+    layers["no_new_files"] = freezer is not None or (workspace_access != "writable" and bool(abi))
     if rehearse is not None:
         rehearse()
     if idle_priority:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     problem = drop_capabilities()
     layers["capabilities_dropped"] = problem is None
+    problem_sc = seccomp.install(freezer.ruleset if freezer is not None else None)
+    layers["seccomp"] = problem_sc is None
     notes = [p for p in (problem, problem_ll, problem_sc) if p]
     if notes:
         layers["notes"] = notes
-    return layers
+    return layers, freezer
 
 
 def can_leave_idle_priority() -> bool:
@@ -219,19 +225,25 @@ def has_capability(number: int) -> bool:
 
 def prepare_freeze(workspace: str, read_roots: list[str]) -> landlock.PreparedLayer | None:
     """The Landlock layer after which no file or folder can be created in the workspace (or
-    anywhere), built now, before the audit hook, and applied by :func:`freeze` once the app has
-    loaded: its import and start-up may create files (a SQLite database), its requests may not.
-    ``None`` without Landlock, where the audit hook's file quota is what remains."""
-    layer, _problem = landlock.prepare(read_roots, [workspace], workspace_access=landlock.FROZEN_WORKSPACE)
+    anywhere), built by :func:`contain` before the seccomp filter (which refuses building rulesets)
+    and applied by :func:`freeze` once the app has loaded: its import and start-up may create files
+    (a SQLite database), its requests may not. ``None`` without Landlock, where the audit hook's file
+    quota is what remains."""
+    layer, _problem = landlock.prepare(read_roots, [workspace], workspace_access=landlock.FROZEN_WORKSPACE,
+                                       probe_folder=workspace)
     return layer
 
 
 def freeze(layer: landlock.PreparedLayer | None, policy: AuditPolicy) -> str | None:
-    """Apply a layer from :func:`prepare_freeze` (the audit hook lets exactly its one system call
-    through); ``None``, or why it failed (the app's doing: it closed the layer's descriptor)."""
+    """Apply a layer from :func:`prepare_freeze` (the audit hook lets exactly its system calls
+    through), then check it: creating a file in the folder must now fail. ``None``, or why the folder
+    is not closed (the app's doing: it closed or replaced the layer's descriptor, or the kernel did
+    not apply it), which the worker reports as a load error."""
     if layer is None:
         return None
     problem = policy.permit_call(layer.function_address, layer.apply)
+    if problem is None:
+        problem = policy.permit_call(layer.function_address, layer.creates_files)
     return None if problem is None else f"the app's folder could not be closed to new files ({problem})"
 
 

@@ -25,6 +25,8 @@ import platform
 from typing import Iterable
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64 and arm64
+_SYS_OPENAT = 257 if platform.machine() in ("x86_64", "AMD64") else 56
+_AT_FDCWD = -100
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -86,16 +88,27 @@ def restrict(
 
 class PreparedLayer:
     """A Landlock layer built now and applied later, with one system call and no new ``ctypes``
-    objects: a worker prepares the layer that freezes its folder before it installs its audit hook
-    (which refuses ``ctypes``) and applies it once the app has loaded (see
-    :mod:`envcore.sandbox.worker`). The audit hook lets exactly that call through
-    (:attr:`function_address`, see :meth:`envcore.sandbox.audit.AuditPolicy.permit_call`)."""
+    objects: a worker prepares the layer that freezes its folder before its seccomp filter and its
+    audit hook (the filter refuses creating rulesets; the hook refuses ``ctypes``) and applies it once
+    the app has loaded (see :mod:`envcore.sandbox.worker`). The audit hook lets exactly that call
+    through (:attr:`function_address`, see :meth:`envcore.sandbox.audit.AuditPolicy.permit_call`), and
+    the filter lets ``landlock_restrict_self`` through for this ruleset only.
 
-    def __init__(self, abi: int, ruleset: int, libc: ctypes.CDLL) -> None:
+    :meth:`creates_files` is the worker's check on its own freeze, prepared the same way: it tries to
+    create a file in the folder with a raw ``openat`` (past any Python-level patching an app may have
+    left), which must fail once the layer is on."""
+
+    def __init__(self, abi: int, ruleset: int, libc: ctypes.CDLL, probe_folder: str | None = None) -> None:
         self.abi, self.ruleset = abi, ruleset
         self._syscall = libc.syscall
         self._args = (ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0))
         self.function_address = ctypes.cast(self._syscall, ctypes.c_void_p).value or 0
+        self._probe_path = None
+        if probe_folder is not None:
+            name = os.path.join(probe_folder, f".a01-freeze-check-{os.urandom(8).hex()}")
+            self._probe_path = name
+            self._probe_args = (ctypes.c_long(_SYS_OPENAT), ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(os.fsencode(name)),
+                                ctypes.c_int(os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC), ctypes.c_int(0o600))
 
     def apply(self) -> str | None:
         """Restrict this process with the layer; ``None``, or why it could not be applied."""
@@ -109,12 +122,26 @@ class PreparedLayer:
             except OSError:
                 pass
 
+    def creates_files(self) -> str | None:
+        """After :meth:`apply`: ``None`` if creating a file in the folder fails as it must, else what
+        happened (the file, if one was made, is removed)."""
+        if self._probe_path is None:
+            return None
+        fd = self._syscall(*self._probe_args)
+        if fd < 0:  # refused (reading errno would take a ctypes call the audit hook refuses)
+            return None
+        os.close(fd)
+        os.unlink(self._probe_path)
+        return "a file could still be created in the app's folder"
+
 
 def prepare(
-    read_only: Iterable[str], read_write: Iterable[str], *, workspace_access: int = WORKSPACE
+    read_only: Iterable[str], read_write: Iterable[str], *, workspace_access: int = WORKSPACE,
+    probe_folder: str | None = None,
 ) -> tuple[PreparedLayer | None, str | None]:
     """Build a layer (and set ``no_new_privs``, which applying one needs) without applying it:
-    (the layer, ``None``) or (``None``, why not)."""
+    (the layer, ``None``) or (``None``, why not). ``probe_folder``: where the layer's
+    :meth:`~PreparedLayer.creates_files` check tries to create a file."""
     abi = abi_version()
     if abi < 1:
         return None, "Landlock is not available in this kernel"
@@ -150,4 +177,4 @@ def prepare(
     except BaseException:
         os.close(ruleset)
         raise
-    return PreparedLayer(abi, ruleset, libc), None
+    return PreparedLayer(abi, ruleset, libc, probe_folder), None

@@ -256,17 +256,15 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     writable = bool(spawn.get("writable", True))
     # No rehearsal: copying the template's heap pages in advance (touching every object) cost
     # about 9 ms of CPU a worker and saved none on its requests (bench verify measured both).
-    layers = containment.contain(root, limits, spawn["read_roots"],
-                                 idle_priority=bool(spawn.get("idle_priority")),
-                                 workspace_access="writable" if writable else "read-only")
+    layers, freezer = containment.contain(root, limits, spawn["read_roots"],
+                                          idle_priority=bool(spawn.get("idle_priority")),
+                                          workspace_access="writable" if writable else "read-only")
     layers["workspace"] = "template's, restored after each worker" if writable else "read-only"
     write_all_fd(fd, encode({"type": "spare"}))
 
     message, blob = read_frame_fd(fd)
     clock = [time.perf_counter()]
     rewind(template.held)  # the previous worker has ended: its moves of the shared files are undone
-    freezer = containment.prepare_freeze(root, spawn["read_roots"]) if writable else None
-    layers["no_new_files"] = freezer is not None or not writable
     policy = containment.install_audit_hook(root, limits, spawn["read_roots"], writable=writable,
                                             importable=importable_modules() | top_level_names(message["files"]))
     layers["audit_hook"] = True

@@ -135,8 +135,8 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     loop = asyncio.new_event_loop()  # before seccomp: its self-pipe is a socketpair
     sample = spawn.get("rehearsal") if spawn.get("rehearse") else None
     rehearsal = (lambda: rehearse(sample, Path(workspace) / ".rehearsal", loop)) if sample else None
-    layers = containment.contain(workspace, limits, spawn["read_roots"], rehearse=rehearsal,
-                                 idle_priority=bool(spawn.get("idle_priority")))
+    layers, freezer = containment.contain(workspace, limits, spawn["read_roots"], rehearse=rehearsal,
+                                          idle_priority=bool(spawn.get("idle_priority")))
     write_all_fd(fd, encode({"type": "spare"}))
 
     # A spare worker waits here, contained, until the parent gives it an app.
@@ -150,8 +150,6 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     except DatabaseBuildError as exc:
         write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
         return
-    freezer = containment.prepare_freeze(workspace, spawn["read_roots"])
-    layers["no_new_files"] = freezer is not None
     policy = containment.install_audit_hook(workspace, limits, spawn["read_roots"],
                                             importable=importable_modules() | top_level_names(files))
     layers["audit_hook"] = True
