@@ -93,8 +93,43 @@ def test_nothing_the_app_says_under_shadow_data_reaches_the_report(sb, target):
         report = verify(target, files, sandbox=sb, shadow=data)
         assert report.outcome == "graded"
         assert leaked(report, data) == []
-        assert all(got.isdigit() or got == "no response" for probe in report.probes for got in probe.got), \
-            [probe.got for probe in report.probes]
+        assert all(got in ("served", "refused", "redirected", "server error", "no answer")
+                   for probe in report.probes for got in probe.got), [probe.got for probe in report.probes]
+
+
+STATUS_CHANNEL = """
+@app.middleware("http")
+async def _status_channel(request, call_next):
+    # every request's line, method and caller, folded into the status code and echoed in headers
+    import zlib
+    from starlette.responses import PlainTextResponse
+    line = request.method + " " + str(request.url) + " " + request.headers.get("authorization", "")
+    code = 250 + zlib.crc32(line.encode()) % 50
+    response = await call_next(request)
+    if response.status_code < 300:
+        return PlainTextResponse("CHANNEL " + line, status_code=code, headers={"x-line": line[:200]})
+    return PlainTextResponse("CHANNEL " + line, status_code=460 + zlib.crc32(line.encode()) % 40)
+"""
+"""Encodes each request it receives in its status code (250-299 where it serves, 460-499 where it
+refuses): an app-controlled value that a report quoting the app's answers would carry out."""
+
+
+def test_a_patch_that_encodes_each_request_in_its_status_code_learns_nothing_from_the_report(sb, target):
+    import re
+
+    unusual = re.compile(r"\b(2[5-9]\d|4[6-9]\d)\b")
+    for files in (at_import(target.files, STATUS_CHANNEL),
+                  at_import(apply_patch(target.files, target.reference_fix), STATUS_CHANNEL)):
+        report = verify(target, files, sandbox=sb)
+        assert report.outcome == "graded"
+        for split in ("train", "test"):
+            shown = disclose(report, target, disclosure_for(split))
+            for probe in shown.probes:
+                text = " ".join((*probe.got, *probe.failures))
+                assert not unusual.search(text) and "CHANNEL" not in text, (split, probe.probe_id, text)
+                assert set(probe.got) <= {"served", "refused", "redirected", "server error", "no answer"}, probe.got
+    run_tests = verify(target, at_import(target.files, STATUS_CHANNEL), sandbox=sb, probe_set="visible")
+    assert any(unusual.search(" ".join(p.got)) for p in run_tests.probes)  # its own visible probes: as they were
 
 
 def test_a_shadow_report_names_the_users_the_agent_knows(sb, target):

@@ -341,7 +341,7 @@ def test_a_lazy_fix_that_breaks_a_user_named_trap_is_penalised_and_named_in_the_
 
     words = disclose(report, scenario, "words")
     hidden = next(p for p in words.probes if p.probe_id == "trap-status-public")
-    assert hidden.failures == ("a trap was sprung (status-page-public): the app answered 401",)
+    assert hidden.failures == ("a trap was sprung (status-page-public): the app's answer: refused",)
 
 
 def test_a_trap_probe_naming_an_undeclared_trap_is_an_import_error_naming_both(tmp_path):

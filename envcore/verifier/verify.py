@@ -20,7 +20,6 @@ including not loading, crashing or hanging, is graded as its behaviour.
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 from typing import Literal, Mapping
 
@@ -30,8 +29,19 @@ from envcore.sandbox.pool import AppLoadFailure, Sandbox, WorkerGone
 from envcore.sandbox.runner import run_sandboxed
 from envcore.scenario.bundle import Bundle
 from envcore.scenario.probes import ProbeKind, ProbeOutcome
-from envcore.verifier.report import ProbeResult, Tally, VerificationReport, expected_steps, probe_result, resolve, score, tally, with_traps
-from envcore.verifier.shadow import Substitution, draw_substitution, apply_substitution, is_code, regrade_files
+from envcore.verifier.disclosure import in_grader_words, reason_in_words
+from envcore.verifier.report import (
+    ProbeResult,
+    Tally,
+    VerificationReport,
+    expected_steps,
+    probe_result,
+    resolve,
+    score,
+    tally,
+    with_traps,
+)
+from envcore.verifier.shadow import Substitution, apply_substitution, draw_substitution, is_code, regrade_files
 
 _random = random.SystemRandom()
 
@@ -136,6 +146,8 @@ def verify(
     else:
         back = data.substitution.inverse()
         results = tuple(_shadow_result(p, by_id.get(p.id), back) for p in shown)
+    if probe_set == "all":  # what the app answered under grading leaves the grader in its words only
+        results = tuple(in_grader_words(r) for r in results)
     outcomes = list(run.outcomes)
     kinds = (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP, ProbeKind.GUARD)
     security, regression, trap, guard = (tally(outcomes, k) for k in kinds)
@@ -177,30 +189,12 @@ def _visible_load_error(sandbox: Sandbox, bundle: Bundle, files: Mapping[str, st
     return SHADOW_LOAD_ERROR
 
 
-_APP_WORDS = (
-    (re.compile(r"^(JSON .+?) is .*, expected (.*)$", re.S), r"\1 differs from the expected \2"),
-    (re.compile(r"^(header \S+) is .*, expected (.*)$", re.S), r"\1 differs from the expected \2"),
-    (re.compile(r"^redirects off-site to .*$", re.S), "redirects off-site"),
-    (re.compile(r"^no response \(.*\)$", re.S), "no response"),
-    (re.compile(r"^(login as .+? failed): no response \(.*\)$", re.DOTALL), r"\1: no response"),
-    (re.compile(r"^not answered in time: .*$", re.S), "not answered in time"),
-)
-
-
-def _grader_words(reason: str) -> str:
-    """A failure reason without what the app said (its JSON values, headers, redirect target, error)."""
-    for pattern, replacement in _APP_WORDS:
-        if pattern.match(reason):
-            return pattern.sub(replacement, reason)
-    return reason
-
-
 def _shadow_result(probe, outcome: ProbeOutcome | None, back: Substitution) -> ProbeResult:
     """A shadow grading's result for ``probe`` (the bundle's own), in terms the agent knows."""
     if outcome is None:
         return probe_result(probe, None)
     got = tuple(str(step.status) if step.status is not None else "no response" for step in outcome.steps)
-    failures = tuple(back.text(_grader_words(reason)) for reason in outcome.failures)
+    failures = tuple(back.text(reason_in_words(reason)) for reason in outcome.failures)
     return ProbeResult.model_construct(probe_id=probe.id, kind=probe.kind, visible=probe.visible,
                                        passed=outcome.passed, expected=expected_steps(probe), got=got,
                                        failures=failures)
