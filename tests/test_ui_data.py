@@ -506,9 +506,14 @@ def test_viewer_on_shipped_rollouts(shipped):
     records = artifact_sets.load_records(shipped["oracle"])
     choices = rollout_view.scenario_choices(records)
     assert len(choices) == 258 and all("FULL" in label for label, _ in choices)
-    record = rollout_view.shown_records(records)[choices[0][1]]
-    view = rollout_view.step_view(record, 1)
-    assert view.title == f"Step 1 of {rollout_view.step_count(record)} · apply_patch" and view.files_changed
+    shown = rollout_view.shown_records(records)
+    # the oracle played held-out scenarios: its runs (their patch is the reference fix) come as outcomes only
+    assert all(r.split not in ("train", "val") and not r.steps and not r.diff for r in shown.values())
+    heuristic = rollout_view.shown_records(artifact_sets.load_records(shipped["heuristic"]))
+    record = next(r for r in heuristic.values() if any(s.action.get("tool") == "apply_patch" for s in r.steps))
+    first_patch = next(i for i, s in enumerate(record.steps, 1) if s.action.get("tool") == "apply_patch")
+    view = rollout_view.step_view(record, first_patch)
+    assert view.title == f"Step {first_patch} of {rollout_view.step_count(record)} · apply_patch" and view.files_changed
 
 
 # ----- boundaries ---------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envcore.agents.evaluate import episode_metrics, latest_per_episode
-from envcore.env.episode_log import EpisodeRecord, LogProblem, find_episode_logs, read_episodes
+from envcore.env.episode_log import EpisodeRecord, LogProblem, answer_key_hidden, find_episode_logs, read_episodes
 
 KINDS = ("trained", "baseline", "human", "validation", "other")
 """Kinds in display order: what was trained first, the oracle's validation runs after the competitors."""
@@ -302,8 +302,15 @@ def _load(path: Path) -> tuple[tuple[EpisodeRecord, ...], tuple[LogProblem, ...]
 
 def load_records(rollout_set: RolloutSet) -> list[EpisodeRecord]:
     """The set's records in file order (every record: deduplication is the data layer's job). A file
-    that cannot be read gives ``[]`` and a problem from :func:`load_problems`."""
-    return list(_load(rollout_set.path)[0])
+    that cannot be read gives ``[]`` and a problem from :func:`load_problems`.
+
+    The oracle's runs (kind ``validation``) on a held-out scenario come as outcomes only
+    (:func:`~envcore.env.episode_log.outcome_only`): their patch is the scenario's reference fix, which
+    the page never shows for a split whose hidden suite is told in words."""
+    records = _load(rollout_set.path)[0]
+    if rollout_set.kind != "validation":
+        return list(records)
+    return [answer_key_hidden(r) for r in records]
 
 
 def file_version(rollout_set: RolloutSet) -> tuple[int, int] | None:

@@ -287,7 +287,7 @@ class PlayController:
             raise UserError(str(exc)) from None
         taken = self.hub.hints(sid)
         next_hint = HINTS[len(taken)] if len(taken) < len(HINTS) else None
-        return {"hints": teaching_view.hints_markdown(taken, next_hint),
+        return {"hints": teaching_view.hints_markdown(taken, next_hint, self.hub.disclosure(sid)),
                 NOTICE: f"Hint {len(taken)} taken: it costs {taken[-1]['cost']:.2f} of this episode's reward."}
 
 

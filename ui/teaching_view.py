@@ -84,14 +84,15 @@ def rich_text(text: str) -> str:
     return "\n\n".join(p for p in parts if p.strip())
 
 
-def hints_markdown(hints: list[dict[str, Any]], next_hint: Any) -> str:
-    """The hints taken so far (each with its cost), and what the next one would cost."""
+def hints_markdown(hints: list[dict[str, Any]], next_hint: Any, disclosure: str = "full") -> str:
+    """The hints taken so far (each with its cost), and what the next one would cost (for a scenario of
+    ``disclosure``)."""
     lines = []
     for hint in hints:
         lines.append(f"**Hint {hint['level']}: {safe.markdown(hint['title'])}** (costs {hint['cost']:.2f} of the "
                      f"reward)\n\n{rich_text(hint.get('text', ''))}")
     if next_hint is not None:
-        lines.append(f"*Next hint: {safe.markdown(next_hint.title)}, costs {next_hint.cost:.2f} of the reward.*")
+        lines.append(f"*Next hint: {safe.markdown(next_hint.title)}, costs {next_hint.cost_for(disclosure):.2f} of the reward.*")
     elif hints:
         lines.append("*No more hints.*")
     return "\n\n".join(lines)
@@ -189,4 +190,7 @@ def debrief_markdown(debrief: dict[str, Any] | None) -> str:
 def reference_fix_html(debrief: dict[str, Any] | None) -> str:
     if not debrief:
         return diff_view.diff_html("", empty="The reference fix is shown after you submit.")
+    if debrief.get("disclosure") == "words":
+        return diff_view.diff_html("", empty="This is a held-out (test) scenario: its reference fix is not shown, so "
+                                             "that it stays a fair test for everyone who plays it.")
     return diff_view.diff_html(debrief.get("reference_fix") or "", empty="This scenario has no reference fix.")

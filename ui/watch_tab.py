@@ -49,7 +49,7 @@ from urllib.parse import urlencode
 import gradio as gr
 
 from envcore.env.environment import ResetError
-from envcore.env.episode_log import EpisodeRecord
+from envcore.env.episode_log import EpisodeRecord, is_outcome_only
 from envcore.server.sessions import SessionError, SessionHub, Visitor
 from envcore.settings import seconds
 from ui import artifact_sets, diff_view, rollout_view, safe
@@ -520,6 +520,10 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
         title += " · _its episode ended here_"
     if view.error:
         title += f"\n\n⚠️ refused: {safe.markdown(view.error)}"
+    answer_key = is_outcome_only(record)
+    if answer_key:
+        title += ("\n\n_A held-out scenario: this run is shown as its outcome only, since its patch is the "
+                  "scenario's reference fix._")
     return {
         f"{side}_title": title,
         f"{side}_action": view.action_json,
@@ -527,7 +531,8 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
         f"{side}_transcript": view.transcript_markdown or "_No HTTP requests yet._",
         f"{side}_outcome": rollout_view.outcome_markdown(record),
         f"{side}_breakdown": rollout_view.breakdown_markdown(record.reward_breakdown),
-        f"{side}_diff": diff_view.diff_html(record.diff, empty="(no changes)"),
+        f"{side}_diff": diff_view.diff_html(record.diff, empty="(not shown: the reference fix of a held-out scenario)"
+                                            if answer_key else "(no changes)"),
     }
 
 

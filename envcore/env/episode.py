@@ -43,15 +43,15 @@ from pydantic import ValidationError
 from envcore import filetree
 from envcore.env import render
 from envcore.env.actions import (
+    LIMITS,
     A01Observation,
     A01State,
     ApplyPatch,
     EditFile,
     HttpRequestTool,
-    LIMITS,
     ListFiles,
-    ReadFile,
     OutOfBudget,
+    ReadFile,
     Reply,
     RunTests,
     SearchCode,
@@ -66,7 +66,6 @@ from envcore.env.episode_log import StepEntry, step_entry
 from envcore.env.hints import HINTS, hint_text
 from envcore.env.reply import FORMAT_ERROR, parse_action_text
 from envcore.env.reward import RewardBreakdown, RewardInputs, compute_reward
-from envcore.verifier.shadow import is_code
 from envcore.patching import PatchError, apply_patch, changed_lines, clip_diff, line_count, make_diff, split_lines
 from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, RunnerInfrastructureError
@@ -76,8 +75,9 @@ from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
 from envcore.scenario.bundle import Bundle, BundleUser
 from envcore.scenario.credentials import Credentials
-from envcore.verifier.disclosure import Disclosure
+from envcore.scenario.splits import Disclosure
 from envcore.verifier.report import VerificationReport
+from envcore.verifier.shadow import is_code
 from envcore.verifier.verify import GradingData, graded_source, grading_data, verify
 
 DEFAULT_MAX_STEPS = 30
@@ -148,7 +148,7 @@ class Episode:
         if len(self.hints) >= len(HINTS):
             raise ActionError(f"all {len(HINTS)} hints have been taken")
         hint = HINTS[len(self.hints)]
-        entry = {"level": len(self.hints) + 1, "key": hint.key, "title": hint.title, "cost": hint.cost,
+        entry = {"level": len(self.hints) + 1, "key": hint.key, "title": hint.title, "cost": hint.cost_for(disclosure),
                  "at_step": self.steps}
         self.hints.append(entry)
         return {**entry, "text": hint_text(self.bundle, hint.key, disclosure)}

@@ -34,6 +34,7 @@ from pydantic_core import PydanticSerializationError
 
 from envcore.env.actions import LIMITS, bounded
 from envcore.patching import clip_diff
+from envcore.scenario.splits import disclosure_for
 
 RECORD_VERSION = 1
 
@@ -86,6 +87,24 @@ class EpisodeRecord(BaseModel):
     """``reset``, ``verify`` (submit's verification), ``total`` (reset to end), ``steps`` (sum)."""
     hints: list[dict[str, Any]] = Field(default_factory=list)
     """Hints a person took (``level``, ``key``, ``title``, ``cost``, ``at_step``); empty for agents."""
+
+
+def outcome_only(record: "EpisodeRecord") -> "EpisodeRecord":
+    """``record`` without its steps and diff: how it ended, its reward and its verification (as logged,
+    already in words for a held-out split), not how. For runs whose every step is an answer key: the
+    oracle's episodes on a scenario whose hidden suite may be told in words only play its reference fix."""
+    return record.model_copy(update={"steps": [], "diff": ""})
+
+
+def answer_key_hidden(record: "EpisodeRecord") -> "EpisodeRecord":
+    """An oracle's ``record`` as a page may show it: :func:`outcome_only` on a held-out scenario
+    (:func:`~envcore.scenario.splits.disclosure_for` says ``words``), as it is on any other."""
+    return outcome_only(record) if disclosure_for(record.split) == "words" else record
+
+
+def is_outcome_only(record: "EpisodeRecord") -> bool:
+    """Whether ``record`` is a held-out run shown without its steps and diff (:func:`answer_key_hidden`)."""
+    return not record.steps and not record.diff and disclosure_for(record.split) == "words"
 
 
 def step_entry(step: int, action: dict[str, Any], observation: dict[str, Any], elapsed_ms: float) -> StepEntry:

@@ -3,7 +3,9 @@
 A hint is what a mentor would say when someone is stuck, from the scenario's own data: where the fix
 belongs (:data:`HINTS` ``where``: the files the reference fix changes and the routes the bug is
 reached through), which lines are wrong (``lines``: the code the reference fix replaces, or the line
-after which its missing check belongs, as the app ships it; never the fix itself), and how to show the
+after which its missing check belongs, as the app ships it; never the fix itself; for a scenario whose
+hidden suite may only be told in words, where to read and what to compare, naming no line, since the
+lines come from its reference fix), and how to show the
 bug (``exploit``: the first exploit of the hidden suite; for a scenario whose hidden suite may only be
 told in words (:func:`~envcore.verifier.disclosure.disclosure_for`) its title, the route's template
 and the seeded user it is sent as, never the request itself).
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from envcore.patching import PatchError, parse_patch
 from envcore.scenario.bundle import Bundle
 from envcore.scenario.probes import ProbeKind
-from envcore.verifier.disclosure import Disclosure
+from envcore.scenario.splits import Disclosure
 
 QUOTED_LINES = 8
 """Lines of the app quoted by the ``lines`` hint at most."""
@@ -34,11 +36,17 @@ class Hint:
     title: str
     cost: float
     """What taking it costs at submit (subtracted from the reward)."""
+    words_cost: float | None = None
+    """What it costs where the scenario's hidden suite is told in words only and the hint says less
+    (``None``: the same)."""
+
+    def cost_for(self, disclosure: Disclosure) -> float:
+        return self.cost if disclosure == "full" or self.words_cost is None else self.words_cost
 
 
 HINTS: tuple[Hint, ...] = (
     Hint("where", "Where to look", 0.10),
-    Hint("lines", "Which lines are wrong", 0.15),
+    Hint("lines", "Which lines are wrong", 0.15, words_cost=0.05),
     Hint("exploit", "How to show the bug", 0.25),
 )
 """The hints in the order they are given; each is available once the one before it was taken."""
@@ -62,7 +70,7 @@ def hint_text(bundle: Bundle, key: str, disclosure: Disclosure) -> str:
     if key == "where":
         return _where(bundle)
     if key == "lines":
-        return _lines(bundle)
+        return _lines(bundle) if disclosure == "full" else _handlers(bundle)
     if key == "exploit":
         return _exploit(bundle, disclosure)
     raise KeyError(key)
@@ -107,6 +115,15 @@ def _lines(bundle: Bundle) -> str:
         else:
             parts.append(f"In `{path}`, a check is missing right after line {number}:\n\n```python\n{code}\n```")
     return "\n\n".join(parts) or "The reference fix is not a plain diff; look at the routes of the first hint."
+
+
+def _handlers(bundle: Bundle) -> str:
+    """The ``lines`` hint of a held-out scenario: where to read, never which lines (those come from its
+    reference fix, the scenario's answer key)."""
+    reached = ", ".join(f"`{r}`" for r in routes(bundle)) or "the routes the policy names"
+    return (f"This is a held-out scenario, so this hint names no lines. Read the handlers of {reached} from the "
+            "top: for each one, find where it decides who may do what, and compare that with the policy. The bug "
+            "is a check that is missing, too weak, or made on something the caller controls.")
 
 
 def _exploit(bundle: Bundle, disclosure: Disclosure) -> str:

@@ -353,6 +353,13 @@ class SessionHub:
             except ActionError as exc:
                 raise SessionError(str(exc)) from None
 
+    def disclosure(self, session_id: str) -> str:
+        """How much of the session's scenario may be shown: ``full``, or ``words`` for a held-out one
+        (:func:`~envcore.verifier.disclosure.disclosure_for`)."""
+        session = self._get(session_id)
+        with session.lock:
+            return str(session.env.disclosure)
+
     def hints(self, session_id: str) -> list[dict[str, Any]]:
         """The hints taken in the session's episode so far, each with its text."""
         session = self._get(session_id)
@@ -384,7 +391,8 @@ class SessionHub:
         return {
             "scenario_id": bundle.scenario_id, "title": bundle.title, "bug_class": bundle.bug_class,
             "cwe": list(bundle.cwe), "task": bundle.task, "tier": bundle.tier, "routes": routes(bundle),
-            "reference_fix": bundle.reference_fix, "disclosure": disclosure,
+            # a held-out scenario's reference fix is its answer key: never shown
+            "reference_fix": bundle.reference_fix if disclosure == "full" else None, "disclosure": disclosure,
             "roles": {u.username: u.role for u in bundle.users},
             "sites": {s.site: f"{s.method} {s.path}" for s in bundle.sites},
             "replays": coach.exploit_replays(), "resolution": (record.reward_breakdown or {}).get("resolution"),

@@ -26,20 +26,15 @@ status codes.
 from __future__ import annotations
 
 import re
-from typing import Literal, get_args
+from typing import get_args
 
 from envcore.scenario.bundle import Bundle
 from envcore.scenario.probes import Probe, ProbeKind
 from envcore.scenario.spec import TrapKind
+from envcore.scenario.splits import Disclosure, disclosure_for
 from envcore.verifier.report import ProbeResult, VerificationReport
 
-Disclosure = Literal["full", "words"]
-
-
-def disclosure_for(split: str | None) -> Disclosure:
-    """How much of a hidden suite a scenario of ``split`` may show: all of it for ``train`` and ``val``,
-    words only for ``test`` and for a split nobody knows."""
-    return "full" if split in ("train", "val") else "words"
+__all__ = ["Disclosure", "disclosure_for", "disclose", "in_grader_words", "why_in_words"]
 
 
 def disclose(report: VerificationReport, bundle: Bundle, disclosure: Disclosure) -> VerificationReport:
