@@ -236,8 +236,8 @@ def hub(shipped, sandbox):
 @pytest.fixture(scope="module")
 def tabs(hub, hostile_artifacts):
     with gr.Blocks():
-        play = play_tab.build(hub, bug_classes=[], domains=[], ttl_s=600)
-        watch = watch_tab.build(hub, hostile_artifacts, ttl_s=600)
+        play = play_tab.build(hub, bug_classes=[], domains=[])
+        watch = watch_tab.build(hub, hostile_artifacts)
         dash = dashboard_tab.build(hub, hostile_artifacts)
     return {"play": play["controller"], "watch": watch["controller"], "dashboard": dash["controller"]}
 
@@ -363,7 +363,8 @@ def space(tmp_path_factory, hostile_artifacts):
     env = {"A01_ARTIFACTS": str(hostile_artifacts), "A01_HUMAN_LOG": str(tmp / "human" / "episodes.jsonl"),
            "GRADIO_TEMP_DIR": str(tmp / "gradio"), "A01_MAX_BODY_BYTES": str(BODY_CAP),
            "A01_MAX_WS_MESSAGE_BYTES": str(WS_CAP), "A01_MAX_SESSIONS": "4", "A01_MAX_SESSIONS_PER_CLIENT": "2",
-           "A01_UI_MAX_SESSIONS": "3", "A01_UI_MAX_SESSIONS_PER_CLIENT": "1", "A01_TRUSTED_PROXIES": "127.0.0.1,::1"}
+           "A01_UI_MAX_SESSIONS": "3", "A01_UI_MAX_SESSIONS_PER_CLIENT": "1", "A01_TRUSTED_PROXIES": "127.0.0.1,::1",
+           "A01_UI_NEW_PAGES_PER_CLIENT": "4"}
     with running_space(env) as (url, port, process):
         yield {"url": url, "port": port, "tmp": tmp, "process": process}
 
@@ -649,6 +650,22 @@ def test_one_client_cannot_hold_every_websocket_session(space):
             break
         time.sleep(0.2)
     assert reply["type"] == "observation", reply
+
+
+def test_made_up_page_ids_from_one_address_are_refused_past_its_allowance(space):
+    """Gradio makes a page's state for any session hash a request names; one address may start four
+    pages here (``A01_UI_NEW_PAGES_PER_CLIENT``), and the next made-up id is refused before any state is
+    made, so a script cannot push other visitors' pages out (``tests/test_page_state.py``)."""
+    url = space["url"] + "/gradio_api/queue/join"
+    script, other = {"X-Forwarded-For": "203.0.113.50"}, {"X-Forwarded-For": "198.51.100.60"}
+
+    def join(headers: dict[str, str], page: str) -> httpx.Response:
+        return httpx.post(url, headers=headers, timeout=30,
+                          json={"data": [], "fn_index": 0, "session_hash": page, "event_data": None, "trigger_id": None})
+
+    answers = [join(script, f"made-up-{uuid.uuid4().hex[:10]}").status_code for _ in range(12)]
+    assert all(code != 429 for code in answers[:4]) and answers[4:] == [429] * 8, answers
+    assert join(other, "another-visitors-page").status_code != 429  # another address is unaffected
 
 
 def test_forwarded_for_is_believed_only_from_a_trusted_proxy(shipped):

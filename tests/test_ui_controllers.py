@@ -40,8 +40,8 @@ def hub(shipped, sandbox, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tabs(hub):
     with gr.Blocks():
-        play = play_tab.build(hub, bug_classes=[], domains=[], ttl_s=600)
-        watch = watch_tab.build(hub, ARTIFACTS, ttl_s=600)
+        play = play_tab.build(hub, bug_classes=[], domains=[])
+        watch = watch_tab.build(hub, ARTIFACTS)
         dash = dashboard_tab.build(hub, ARTIFACTS)
     return {"play": play, "watch": watch, "dashboard": dash}
 

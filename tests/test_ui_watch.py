@@ -455,7 +455,7 @@ def test_a_bad_pace_is_refused_at_start_up(monkeypatch, value):
 
 def test_the_run_and_stop_are_wired_so_the_page_stays_usable(hub):
     with gr.Blocks() as demo:
-        c = watch_tab.build(hub, ARTIFACTS, ttl_s=600, pace_s=0)
+        c = watch_tab.build(hub, ARTIFACTS, pace_s=0)
     run = next(fn for fn in demo.fns.values() if fn.name == "live_run")
     assert inspect.isgeneratorfunction(run.fn) and run.show_progress == "hidden"
     assert [block._id for block in run.inputs] == [c["live_sid"]._id]

@@ -17,7 +17,10 @@ The page is public, so what Gradio itself offers and keeps is bounded too (:func
   quarter of a megabyte each, as a copy of the page's configuration), the least recently used
   forgotten first, instead of its default 10,000; its queue holds at most ``A01_UI_QUEUE_SIZE`` waiting
   events (default 256), beyond which a visitor is told the queue is full;
-* a visitor's sessions end when their page does (``demo.unload``), not when the TTL runs out.
+* a visitor's sessions end when their page does (``demo.unload``), or when it is forgotten for
+  capacity (:mod:`ui.page_state`, which also rations new pages per visitor, so a script making up
+  page ids cannot evict other visitors' pages); otherwise when they have been idle for the hub's TTL,
+  counted from the last action (the page's own state has no lifetime of its own).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from envcore.server.guard import RefusedRoutes
 from envcore.server.sessions import ARTIFACTS, SessionHub
 from envcore.settings import positive_int
 from ui import artifact_sets, dashboard_tab, diff_view, play_tab, watch_tab
+from ui.page_state import guard_page_states
 from ui.wiring import bind
 
 TITLE = "A01 repair gym"
@@ -67,9 +71,9 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
         gr.Markdown(INTRO, elem_id="intro")
         with gr.Tabs() as tabs:
             with gr.Tab("Play", id="play", elem_id="tab-play"):
-                play = play_tab.build(hub, bug_classes=bug_classes, domains=domains, ttl_s=hub.ttl_s)
+                play = play_tab.build(hub, bug_classes=bug_classes, domains=domains)
             with gr.Tab("Watch", id="watch", elem_id="tab-watch"):
-                watch = watch_tab.build(hub, artifacts, ttl_s=hub.ttl_s)
+                watch = watch_tab.build(hub, artifacts)
             with gr.Tab("Dashboard", id="dashboard", elem_id="tab-dashboard") as dashboard_page:
                 dashboard = dashboard_tab.build(hub, artifacts)
 
@@ -110,8 +114,11 @@ def mount_ui(app: FastAPI, hub: SessionHub, artifacts: Path = ARTIFACTS) -> Fast
     """Serve the page at ``/`` on ``app`` (after its own routes, which keep precedence), with the
     bounds of the module docstring."""
     app.add_middleware(RefusedRoutes, prefixes=REFUSED_ROUTES, message="file uploads are turned off on this server")
-    return gr.mount_gradio_app(app, build_ui(hub, artifacts), path="/", css=CSS, theme=gr.themes.Soft(),
-                               footer_links=["api"], run_history=False, max_file_size=1, show_error=False)
+    demo = build_ui(hub, artifacts)
+    mounted = gr.mount_gradio_app(app, demo, path="/", css=CSS, theme=gr.themes.Soft(), footer_links=["api"],
+                                  run_history=False, max_file_size=1, show_error=False)
+    guard_page_states(demo, policy=hub.policy, on_forget=hub.close_page)
+    return mounted
 
 
 def warm(artifacts: Path = ARTIFACTS) -> threading.Thread:

@@ -79,8 +79,8 @@ def action_timings(*, rounds: int) -> dict[str, list[float]]:
     cache = runtime.cache
     try:
         with gr.Blocks():
-            play = play_tab.build(hub, bug_classes=[], domains=[], ttl_s=hub.ttl_s)
-            watch = watch_tab.build(hub, ARTIFACTS, ttl_s=hub.ttl_s)
+            play = play_tab.build(hub, bug_classes=[], domains=[])
+            watch = watch_tab.build(hub, ARTIFACTS)
             dash = dashboard_tab.build(hub, ARTIFACTS)
         timer = _Timer({"play": play, "watch": watch, "dashboard": dash})
         p, w, d = play["controller"], watch["controller"], dash["controller"]

@@ -386,11 +386,13 @@ def _message(c: dict[str, Any], slot: str) -> None:
     c[f"{slot}_msg"] = safe.markdown_component("", elem_id=f"play-{slot}-msg", elem_classes=["a01-msg"])
 
 
-def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str], ttl_s: float) -> dict[str, Any]:
+def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str]) -> dict[str, Any]:
     """Lay out the Play tab (inside an open ``gr.Tab``); returns its components by name."""
     ctrl = PlayController(hub)
     c: dict[str, Any] = {}
-    c["sid"] = gr.State(None, time_to_live=ttl_s, delete_callback=hub.close)
+    # no time_to_live: Gradio counts it from when the value was set (the episode's start); the hub counts
+    # idleness from the last action and closes the session itself
+    c["sid"] = gr.State(None, delete_callback=hub.close)
     with gr.Row():
         c["split"] = gr.Dropdown([ANY, "train", "val", "test"], value="test", label="Split")
         c["bug_class"] = gr.Dropdown([ANY, *bug_classes], value=ANY, label="Bug class")

@@ -572,7 +572,7 @@ EVERYTHING = ["left_set", *SELECTED]
 LIVE = ["live_status", *(f"live_{field}" for field in SIDE_FIELDS)]
 
 
-def build(hub: SessionHub, artifacts: Path, *, ttl_s: float, pace_s: float | None = None) -> dict[str, Any]:
+def build(hub: SessionHub, artifacts: Path, *, pace_s: float | None = None) -> dict[str, Any]:
     """Lay out the Watch tab (inside an open ``gr.Tab``); returns its components by name and its
     ``controller``. ``pace_s``: the least seconds between live steps (default ``A01_UI_LIVE_PACE_S``)."""
     ctrl = WatchController(hub, artifacts, pace_s=pace_from_env() if pace_s is None else pace_s)
@@ -596,7 +596,7 @@ def build(hub: SessionHub, artifacts: Path, *, ttl_s: float, pace_s: float | Non
         with gr.Column() as c["right_column"]:  # hidden while no second set is chosen
             _side(c, "right", ORDINALS["right"])
     with gr.Accordion("Run an agent live on this scenario", open=False, elem_id="watch-live"):
-        c["live_sid"] = gr.State(None, time_to_live=ttl_s, delete_callback=hub.close)
+        c["live_sid"] = gr.State(None, delete_callback=hub.close)  # idle time: the hub's (see play_tab)
         with gr.Row():
             c["live_agent"] = gr.Dropdown(ctrl.live_choices(), label="Agent", elem_id="watch-live-agent")
             c["live_start"] = gr.Button("Start", variant="primary", elem_id="watch-live-start")
