@@ -769,17 +769,18 @@ def test_the_human_play_log_stays_under_its_cap_on_disk(tmp_path, shipped, sandb
 
     record = forged_record("human:visitor", source="human")
     size = len(record.model_dump_json()) + 1
-    log = CappedEpisodeLog(tmp_path / "human" / "episodes.jsonl", max_bytes=3 * size)
+    log = CappedEpisodeLog(tmp_path / "human" / "episodes.jsonl", max_bytes=3 * size, generations=2)
     for _ in range(10):
         log.write(record)
     log.close()
-    assert log.path.stat().st_size <= 3 * size and log.previous.stat().st_size <= 3 * size
+    assert all(p.stat().st_size <= 3 * size for p in log.path.parent.iterdir())
     assert log.rotations == 3 and len(list(read_episodes(log.path))) == 1  # 3 + 3 + 3 moved aside, the tenth here
-    assert sorted(p.name for p in log.path.parent.iterdir()) == ["episodes.jsonl", "episodes.jsonl.1"]
+    assert sorted(p.name for p in log.path.parent.iterdir()) == ["episodes.jsonl", "episodes.jsonl.1", "episodes.jsonl.2"]
 
     # the Space's hub writes human play through it, capped by A01_HUMAN_LOG_MAX_BYTES (here under one
-    # record: each file then holds exactly one)
+    # record: each file then holds exactly one) and A01_HUMAN_LOG_GENERATIONS
     monkeypatch.setenv("A01_HUMAN_LOG_MAX_BYTES", "100")
+    monkeypatch.setenv("A01_HUMAN_LOG_GENERATIONS", "2")
     path = tmp_path / "space" / "episodes.jsonl"
     hub = SessionHub.for_server(Runtime(sampler=CurriculumSampler(shipped), sandbox=sandbox), human_log=path,
                                 sweep_every_s=0)
@@ -792,7 +793,64 @@ def test_the_human_play_log_stays_under_its_cap_on_disk(tmp_path, shipped, sandb
     finally:
         hub.shutdown()
     assert hub.runtime.logger.rotations == 3
-    assert [len(list(read_episodes(p))) for p in (path, hub.runtime.logger.previous)] == [1, 1]
+    assert [len(list(read_episodes(p))) for p in (path, path.with_name("episodes.jsonl.1"),
+                                                  path.with_name("episodes.jsonl.2"))] == [1, 1, 1]
+
+
+def test_one_visitor_cannot_push_another_players_records_out_of_the_play_log(tmp_path, shipped, sandbox):
+    """The capped log once rotated whole and the page read only the current file: one visitor playing
+    fast set everyone's growth rate, and the other players vanished from the leaderboard. Now each
+    visitor has a quota, old files are kept, and the page reads them all."""
+    from envcore.server.capped_log import CappedEpisodeLog
+    from envcore.server.guard import ClientPolicy
+    from envcore.server.sessions import Visitor
+    from ui import artifact_sets
+
+    folder = tmp_path / "artifacts"
+    record = forged_record("human:someone", source="human")
+    size = len(record.model_dump_json()) + 1
+    log = CappedEpisodeLog(folder / "human" / "episodes.jsonl", max_bytes=40 * size, generations=2,
+                           visitor_bytes=int(4.5 * size))
+    runtime = Runtime(sampler=CurriculumSampler(shipped), sandbox=sandbox, logger=log, source="human", max_steps=40)  # type: ignore[arg-type]
+    hub = SessionHub(runtime, ttl_s=600, max_sessions=4, sweep_every_s=0, policy=ClientPolicy())
+    try:
+        player = hub.open(visitor=Visitor(client="198.51.100.20", page="player"))
+        hub.reset(player, seed=0, split="test", agent_id="human:patient")
+        hub.step(player, {"tool": "submit"})
+        assert hub.debrief(player)["recorded"] is True
+        hub.close(player)
+        recorded = []
+        for i in range(30):  # a script plays and submits as fast as it can from one address
+            sid = hub.open(visitor=Visitor(client="203.0.113.30", page=f"script-{i}"))
+            hub.reset(sid, seed=i, split="test", agent_id=f"human:flood-{i}")
+            hub.step(sid, {"tool": "submit"})
+            recorded.append(hub.debrief(sid)["recorded"])
+            hub.close(sid)
+    finally:
+        hub.shutdown()
+    # its quota's worth, then scored but not recorded
+    assert recorded[0] and 1 <= recorded.count(True) < 15 and not any(recorded[recorded.count(True):]), recorded
+    human = next(s for s in artifact_sets.discover(folder) if s.kind == "human")
+    players = [r.agent_id for r in artifact_sets.load_records(human)]
+    assert "human:patient" in players and len(players) == 1 + recorded.count(True)
+    note = __import__("ui.teaching_view", fromlist=["x"]).debrief_markdown({"recorded": False, "category": {}})
+    assert "not recorded" in note
+
+
+def test_the_page_reads_every_kept_file_of_the_play_log(tmp_path):
+    from envcore.server.capped_log import CappedEpisodeLog
+    from ui import artifact_sets
+
+    folder = tmp_path / "artifacts"
+    first = forged_record("human:first", source="human")
+    size = len(first.model_dump_json()) + 1
+    log = CappedEpisodeLog(folder / "human" / "episodes.jsonl", max_bytes=int(2.5 * size), generations=3)
+    names = [f"human:player-{i}" for i in range(7)]
+    for name in names:
+        log.write(forged_record(name, source="human"))
+    log.close()
+    human = next(s for s in artifact_sets.discover(folder) if s.kind == "human")
+    assert [r.agent_id for r in artifact_sets.load_records(human)] == names  # oldest first, none lost
 
 
 def test_the_page_keeps_a_bounded_number_of_browser_sessions(shipped, hostile_artifacts, monkeypatch):

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from envcore.agents.evaluate import episode_metrics, latest_per_episode
 from envcore.env.episode_log import EpisodeRecord, LogProblem, answer_key_hidden, find_episode_logs, read_episodes
+from envcore.server.capped_log import log_generations
 
 KINDS = ("trained", "baseline", "human", "validation", "other")
 """Kinds in display order: what was trained first, the oracle's validation runs after the competitors."""
@@ -307,6 +308,8 @@ def load_records(rollout_set: RolloutSet) -> list[EpisodeRecord]:
     The oracle's runs (kind ``validation``) on a held-out scenario come as outcomes only
     (:func:`~envcore.env.episode_log.outcome_only`): their patch is the scenario's reference fix, which
     the page never shows for a split whose hidden suite is told in words."""
+    if rollout_set.kind == "human":  # the play log keeps older files beside it: read them all, oldest first
+        return [r for path in (*log_generations(rollout_set.path), rollout_set.path) for r in _load(path)[0]]
     records = _load(rollout_set.path)[0]
     if rollout_set.kind != "validation":
         return list(records)

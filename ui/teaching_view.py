@@ -177,6 +177,9 @@ def debrief_markdown(debrief: dict[str, Any] | None) -> str:
     hints = debrief.get("hints") or []
     if hints:
         verdict += (f"\n\n{len(hints)} hint(s) taken, costing {sum(h['cost'] for h in hints):.2f} of the reward.")
+    if debrief.get("recorded") is False:
+        verdict += ("\n\n_This episode was scored but not recorded on the leaderboard: your address has recorded "
+                    "its share of episodes for today._")
     cwes = " · ".join(cwe_markdown(c) for c in debrief.get("cwe") or [])
     routes = ", ".join(safe.code(r) for r in debrief.get("routes") or [])
     what = (f"### What was wrong\n\n**{safe.markdown(bug_class_title(debrief.get('bug_class', '')))}** · {cwes}\n\n"

@@ -17,10 +17,12 @@ two people playing at once would step on each other's episode; here each id has 
   :class:`ClientLimit`. A session also belongs to the browser page that opened it, and ends when the
   page does (:meth:`SessionHub.close_page`: Gradio reports it when the page's connection drops),
   instead of holding its slot until the TTL.
-* **Bounded log.** Human play is logged through :class:`CappedEpisodeLog`, which keeps the log file
-  under ``A01_HUMAN_LOG_MAX_BYTES`` (default 32 MiB): past it, the file is moved aside to
-  ``<name>.1`` (replacing the one before) and a new one begun, so visitors can never fill the disk and
-  the page never parses more than one capped file.
+* **Bounded log, fair to each player.** Human play is logged through :class:`CappedEpisodeLog`: files
+  of at most ``A01_HUMAN_LOG_MAX_BYTES`` (default 32 MiB), ``A01_HUMAN_LOG_GENERATIONS`` old ones kept
+  (default 4) and read by the page with the current one, and a quota per visitor address
+  (``A01_HUMAN_LOG_VISITOR_BYTES`` a day, default an eighth of a file), so visitors can never fill the
+  disk and no one visitor can push another player's records out. An episode past its player's quota
+  is played and scored but not recorded, and its debrief says so.
 * **Same episodes as everyone else.** Play sessions share the server's scenario sampler and sandbox
   and write the shared episode-log format (``source`` ``human``), so a human episode is a human-eval
   result read by the same dashboards and reports as any agent's. Actions go through the environment's
@@ -39,6 +41,7 @@ The UI imports this module, never the sandbox: the hub is the boundary between t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -58,7 +61,7 @@ from envcore.env.episode import DEFAULT_MAX_STEPS, ActionError
 from envcore.env.episode_log import EpisodeRecord
 from envcore.env.hints import hint_text, routes
 from envcore.feedback.categories import categorize, episode_facts
-from envcore.server.capped_log import CappedEpisodeLog
+from envcore.server.capped_log import DEFAULT_GENERATIONS, CappedEpisodeLog
 from envcore.server.guard import ClientPolicy, env_bytes, per_client_cap
 from envcore.settings import positive_int, seconds
 
@@ -165,7 +168,9 @@ class SessionHub:
         ``human_log`` (default ``A01_HUMAN_LOG`` or ``artifacts/human/episodes.jsonl``; ``""``: none)."""
         path = human_log if human_log is not None else os.environ.get("A01_HUMAN_LOG", str(DEFAULT_HUMAN_LOG))
         cap = env_bytes("A01_HUMAN_LOG_MAX_BYTES", DEFAULT_HUMAN_LOG_MAX_BYTES)  # checked with or without a log
-        logger = CappedEpisodeLog(path, cap) if path else None
+        generations = positive_int("A01_HUMAN_LOG_GENERATIONS", DEFAULT_GENERATIONS)
+        visitor_bytes = env_bytes("A01_HUMAN_LOG_VISITOR_BYTES", max(1, cap // 8))
+        logger = CappedEpisodeLog(path, cap, generations=generations, visitor_bytes=visitor_bytes) if path else None
         runtime = Runtime(sampler=server.sampler, logger=logger,  # type: ignore[arg-type]  # writes like one
                           max_steps=DEFAULT_HUMAN_MAX_STEPS, source="human", parent=server)
         # Agents run live with the budget they are evaluated with, not the people's larger one.
@@ -195,6 +200,9 @@ class SessionHub:
                                       f"other tabs), the most one visitor may hold: close a tab or wait "
                                       f"{self.ttl_s / 60:.0f} minutes for an idle one to end, then try again")
             session_id = secrets.token_urlsafe(16)
+            if isinstance(runtime.logger, CappedEpisodeLog):  # each visitor writes within its own quota
+                client = visitor.client if self.policy.is_capped(visitor.client) else None
+                runtime = dataclasses.replace(runtime, logger=runtime.logger.for_visitor(client))
             self._sessions[session_id] = _Session(A01Environment(runtime), self._clock(), kind, visitor)
         return session_id
 
@@ -400,6 +408,7 @@ class SessionHub:
             "category": {"name": category.name, "title": category.title, "description": category.description,
                          "detail": detail, "failure": category.failure},
             "hints": list(episode.hints), "checklist": coach.checklist(DEBRIEF_WAIT_S),
+            "recorded": not getattr(env.runtime.logger, "last_refused", False),
         }
 
     def record(self, session_id: str) -> EpisodeRecord | None:
