@@ -445,3 +445,41 @@ except OSError:
 
 def test_grading_leaves_the_sandbox_healthy(sb):
     assert_sandbox_healthy(sb)
+
+
+TIMES_CHANNEL = '''
+import os, json
+path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "seed.json")
+folder = os.path.dirname(path)
+seen = {}
+for name, target in (("file", path), ("folder", folder)):
+    info = os.stat(target)
+    seen[name] = [info.st_mtime_ns, info.st_atime_ns, info.st_size, info.st_ino]
+if WRITE:
+    with open(path, "r+b") as handle:  # the same bytes back: only the times say it was written
+        data = handle.read()
+        handle.seek(0)
+        handle.write(data)
+    open(path, "rb").read()
+    os.listdir(folder)
+return seen
+'''
+
+
+@pytest.mark.parametrize("write", [False, True], ids=["reads-only", "writes-its-data"])
+def test_file_times_carry_nothing_from_one_template_worker_to_the_next(eager, bundle, fixed, write):
+    """A worker that writes (or only reads) a data file moves its times; the parent put the content back
+    but not the times, so the next worker of the template read one bit per file from the last: the
+    same patch earned FULL in some gradings and NO in others. Whatever a worker did, the next one sees
+    every file and folder with the times the template left them."""
+    files = AppSource(with_route(fixed, TIMES_CHANNEL.replace("WRITE", str(write))), bundle.entrypoint)
+    link = eager.templates.acquire(files)
+    try:
+        observed = []
+        for _ in range(3):
+            with eager.load(files, link) as worker:
+                assert worker.template is link
+                observed.append(json.loads(worker.request(HttpRequest.build("GET", "/attack"), 2.0).body))
+    finally:
+        eager.templates.release(link)
+    assert observed[0] == observed[1] == observed[2], observed

@@ -3,9 +3,12 @@
 A probe may write the app's files (a data file, a SQLite database). When the next probe runs in the
 same folder (the in-process runner's forks, a sandbox template's workers), the parent first takes a
 :class:`FolderSnapshot` of the folder as it was after the app loaded, and restores it after each
-probe: what is new is removed, what is gone is recreated, what changed is rewritten. A file is
-judged unchanged by its inode, size and modification time, which a write always changes (and which a
-sandboxed app cannot set back: ``utime`` is refused to it).
+probe: what is new is removed, what is gone is recreated, and **every** file is rewritten and given
+back its access and modification times, as is every folder. Rewriting only what changed would leave a
+trace: the times (and the change time) of a file the probe wrote would differ from those of one it
+did not, one bit per file for the next probe to read. Rewriting every file moves every change time
+alike, and the other times are set back exactly, so what the next probe sees does not depend on what
+the last one did.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ class FolderSnapshot:
     def __init__(self, root: str) -> None:
         self.root = root
         self.folders: set[str] = set()
-        self.files: dict[str, tuple[bytes, tuple[int, int, int]]] = {}
+        self.files: dict[str, bytes] = {}
+        self.times: dict[str, tuple[int, int]] = {}
+        """(access, modification) times in nanoseconds of every file and folder (``.``: the root)."""
         for folder, names, files in os.walk(root):
             rel = os.path.relpath(folder, root)
             if rel != ".":
@@ -29,10 +34,13 @@ class FolderSnapshot:
                 path = os.path.join(folder, name)
                 with open(path, "rb") as handle:
                     data = handle.read()
-                self.files[os.path.relpath(path, root)] = (data, _signature(path))
+                self.files[os.path.relpath(path, root)] = data
+        for rel in (*self.files, *self.folders, "."):
+            self.times[rel] = _times(os.path.join(root, rel))
 
     def restore(self) -> None:
-        """Make the folder what it was: remove what is new, recreate what is gone, rewrite what changed."""
+        """Make the folder what it was: remove what is new, recreate what is gone, rewrite every file, and
+        set every file's and folder's times back."""
         for folder, names, files in os.walk(self.root, topdown=True):
             rel_folder = os.path.relpath(folder, self.root)
             for name in list(names):
@@ -46,19 +54,14 @@ class FolderSnapshot:
                     os.unlink(os.path.join(folder, name))
         for rel in sorted(self.folders):
             os.makedirs(os.path.join(self.root, rel), exist_ok=True)
-        for rel, (data, signature) in self.files.items():
-            path = os.path.join(self.root, rel)
-            try:
-                if _signature(path) == signature:
-                    continue
-            except FileNotFoundError:
-                pass
-            with open(path, "wb") as handle:  # same inode when it still exists
+        for rel, data in self.files.items():
+            with open(os.path.join(self.root, rel), "wb") as handle:  # same inode when it still exists
                 handle.write(data)
-            self.files[rel] = (data, _signature(path))
+        # times last, deepest first: writing a file or a folder's entries moves its times
+        for rel in sorted(self.times, key=lambda r: (r == ".", -r.count(os.sep), r)):
+            os.utime(os.path.join(self.root, rel), ns=self.times[rel])
 
 
-def _signature(path: str) -> tuple[int, int, int]:
-    """What changes when a file is written, replaced or removed (a worker cannot set times back)."""
+def _times(path: str) -> tuple[int, int]:
     info = os.stat(path)
-    return info.st_ino, info.st_size, info.st_mtime_ns
+    return info.st_atime_ns, info.st_mtime_ns
