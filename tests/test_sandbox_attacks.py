@@ -71,8 +71,8 @@ def test_infinite_loop_in_a_handler_times_out_and_the_worker_is_replaced(sb, bun
     assert time.monotonic() - started < LIMITS.verify_timeout_s
     assert report.outcome == "graded" and report.restarts == 1
     first, *rest = report.probes
-    assert not first.passed and first.got[0].startswith("no response")
-    assert all(step[:3].isdigit() for p in rest for step in p.got), [p.got for p in rest]  # later probes answered
+    assert not first.passed and first.got[0] == "no answer"
+    assert all(step != "no answer" for p in rest for step in p.got), [p.got for p in rest]  # later probes answered
     assert report.pass_to_pass.passed == report.pass_to_pass.total - 1
     assert_sandbox_healthy(sb)
 

@@ -337,11 +337,14 @@ def _ipc_keys() -> set[int]:
     return keys
 
 
+LOCKS_PRELUDE = """
+import os as _os
+_SHARED = _os.open(_os.__file__, _os.O_RDONLY)  # a file every worker can read (opened while loading)
+"""
 LOCKS = """
     import fcntl, os, struct, time
-    path = os.__file__  # a file every worker can read
     out = {}
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(os.path.join(os.getcwd(), "data", "seed.json"), os.O_RDONLY) if os.fstat(_SHARED).st_size == 0 else _SHARED
     out["flock"] = _attempt(lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
     lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 1, 0)
     out["setlk"] = _attempt(lambda: fcntl.fcntl(fd, fcntl.F_SETLK, lock))
@@ -352,11 +355,12 @@ LOCKS = """
 
 
 def test_file_locks_cannot_pass_notes_between_workers_running_at_once(sb, bundle, fixed):
-    """A lock one worker takes on a shared, readable file is invisible to another worker (the lock
-    calls do nothing in the sandbox: every worker has its own copy of the app's files)."""
+    """A lock one worker takes on a file is invisible to another worker (the lock calls do nothing in the
+    sandbox: every worker has its own copy of the app's files, and a descriptor it opened on a shared
+    file while loading points at ``/dev/null`` once the app has loaded)."""
     import fcntl
 
-    files = with_route(fixed, LOCKS)
+    files = with_route(fixed, LOCKS, prelude=LOCKS_PRELUDE)
     with LiveApp(sb, source(bundle, files)) as holder:
         first = json.loads(holder.request(HttpRequest.build("GET", "/attack")).body)
         second = call_json(sb, bundle, files)  # another worker, while the first one is alive
@@ -483,3 +487,29 @@ def test_file_times_carry_nothing_from_one_template_worker_to_the_next(eager, bu
     finally:
         eager.templates.release(link)
     assert observed[0] == observed[1] == observed[2], observed
+
+
+def test_a_request_cannot_leave_a_trace_in_the_python_installation(sb, bundle, fixed):
+    """Reading a file updates its access time, and every worker may read the Python installation: a
+    grading's worker read files chosen by the hidden requests it served, and the next episode's app read
+    their access times back. Once its app has loaded, a worker can read nothing outside its folder
+    (the app's own lazy imports are done before), so what it learns from requests stays in it."""
+    attack = """
+        import importlib, os
+        target = os.path.realpath(os.__file__)
+        def lazy():  # a handler's own import, as apps write them: done before the seal
+            import fractions
+            return fractions.Fraction(1, 3).denominator
+        return {"read": _attempt(lambda: open(target, "rb").read(1)),
+                "read_opened_while_loading": _attempt(lambda: os.read(_SHARED, 16)),
+                "list": _attempt(lambda: os.listdir(os.path.dirname(target))),
+                "import": _attempt(lambda: importlib.import_module("xml" + ".dom.pulldom")),
+                "lazy_named_import": _attempt(lazy)}
+    """
+    results = call_json(sb, bundle, with_route(fixed, attack, prelude=LOCKS_PRELUDE))
+    assert denied(results["read"]) and denied(results["list"]), results
+    assert results["read_opened_while_loading"] == {"ok": True, "value": "b''"}, results  # now /dev/null
+    assert not results["import"]["ok"], results["import"]
+    assert results["lazy_named_import"] == {"ok": True, "value": "3"}, results["lazy_named_import"]
+    report = verify(bundle, fixed, sandbox=sb)
+    assert report.containment.get("no_reads_after_load") is True, report.containment

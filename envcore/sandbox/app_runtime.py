@@ -94,6 +94,54 @@ def importable_modules() -> frozenset[str]:
     return _IMPORTABLE
 
 
+def import_named_modules(files: dict[str, str], importable: frozenset[str]) -> int:
+    """Import every module the app's Python files name in an ``import`` statement anywhere (inside a
+    function too), of those it may import and not yet imported; return how many were imported.
+
+    A worker does this once the app has loaded, just before its folder is sealed: after the seal nothing
+    outside the folder can be read (so a request cannot leave a trace in the Python installation's
+    access times), and a module imported lazily by a handler must already be in memory. Only library and
+    standard-library modules are imported here, never the app's own (they loaded with it); an import
+    that fails is left for the app's handler to meet, as it would anywhere."""
+    names: set[str] = set()
+    for path, text in files.items():
+        if path.endswith(".py"):
+            names.update(_imported_names(text))
+    from envcore.sandbox.audit import DENIED_MODULES
+
+    imported = 0
+    for name in sorted(names):
+        top = name.split(".", 1)[0]
+        if name in sys.modules or top not in importable or top in DENIED_MODULES or name in DENIED_MODULES:
+            continue
+        try:
+            importlib.import_module(name)
+            imported += 1
+        except BaseException:  # noqa: BLE001 - a name that is not a module (an attribute) or fails to import
+            continue
+    return imported
+
+
+_IMPORT_LINE = re.compile(
+    r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([\w., \t]+)|import[ \t]+([\w., \t]+))", re.MULTILINE)
+
+
+def _imported_names(text: str) -> set[str]:
+    """Absolute module names on the ``import`` lines of ``text`` (``import a.b``, ``from a import b``
+    gives ``a`` and ``a.b``). Read line by line, not parsed (a worker's stack is no place for
+    ``ast.parse``, which fails on deep ones): a line inside a string counts too, which costs at most an
+    import that was not needed."""
+    names: set[str] = set()
+    for match in _IMPORT_LINE.finditer(text):
+        module, members, plain = match.groups()
+        if module:
+            names.add(module)
+            names.update(f"{module}.{m.split()[0]}" for m in members.split(",") if m.split())
+        else:
+            names.update(m.split()[0] for m in plain.split(",") if m.split())
+    return names
+
+
 def preload_libraries() -> list[str]:
     """Import :data:`APP_LIBRARIES` (trusted, before the first fork); the names that are missing
     from this installation (an app importing one gets an ``ImportError``, as it would anywhere)."""

@@ -186,8 +186,8 @@ def contain(
     else:
         raise ValueError(f"unknown workspace access {workspace_access!r}")
     layers["landlock_abi"] = abi
-    freezer = prepare_freeze(workspace, read_roots) if workspace_access == "writable" and abi else None
-    layers["no_new_files"] = freezer is not None or (workspace_access != "writable" and bool(abi))
+    freezer = prepare_freeze(workspace, workspace_access) if abi else None
+    layers["no_new_files"] = layers["no_reads_after_load"] = freezer is not None
     if rehearse is not None:
         rehearse()
     if idle_priority:
@@ -223,28 +223,68 @@ def has_capability(number: int) -> bool:
     return False
 
 
-def prepare_freeze(workspace: str, read_roots: list[str]) -> landlock.PreparedLayer | None:
-    """The Landlock layer after which no file or folder can be created in the workspace (or
-    anywhere), built by :func:`contain` before the seccomp filter (which refuses building rulesets)
-    and applied by :func:`freeze` once the app has loaded: its import and start-up may create files
-    (a SQLite database), its requests may not. ``None`` without Landlock, where the audit hook's file
-    quota is what remains."""
-    layer, _problem = landlock.prepare(read_roots, [workspace], workspace_access=landlock.FROZEN_WORKSPACE,
-                                       probe_folder=workspace)
+def prepare_freeze(workspace: str, workspace_access: str = "writable") -> landlock.PreparedLayer | None:
+    """The Landlock layer that seals the worker once its app has loaded: no file or folder can be
+    created in the workspace (or anywhere), and **nothing outside the workspace can be read** (the
+    Python installation included). Built by :func:`contain` before the seccomp filter (which refuses
+    building rulesets), applied by :func:`freeze` after the app's import and start-up, which may create
+    files (a SQLite database) and import modules; its requests may do neither. Without reads outside
+    the folder, a request cannot leave a trace in the installation's access times for a later worker
+    to read (whatever it learns from grading traffic stays in the worker). ``None`` without Landlock,
+    where the audit hook's file quota is what remains."""
+    if workspace_access == "read-only":
+        layer, _problem = landlock.prepare([workspace], [], probe_read=os.path.realpath(os.__file__))
+    else:
+        layer, _problem = landlock.prepare([], [workspace], workspace_access=landlock.FROZEN_WORKSPACE,
+                                           probe_folder=workspace, probe_read=os.path.realpath(os.__file__))
+    if layer is not None:
+        layer.folder = os.path.realpath(workspace)
     return layer
 
 
-def freeze(layer: landlock.PreparedLayer | None, policy: AuditPolicy) -> str | None:
-    """Apply a layer from :func:`prepare_freeze` (the audit hook lets exactly its system calls
-    through), then check it: creating a file in the folder must now fail. ``None``, or why the folder
-    is not closed (the app's doing: it closed or replaced the layer's descriptor, or the kernel did
-    not apply it), which the worker reports as a load error."""
+def workspace_of(layer: landlock.PreparedLayer) -> str | None:
+    return layer.folder
+
+
+def drop_outside_descriptors(workspace: str | None) -> int:
+    """Point every descriptor open on a file or folder outside ``workspace`` at ``/dev/null`` (standard
+    input's); return how many. A descriptor opened while the app loaded would otherwise still read the
+    Python installation after the seal, and a read moves a file's access time. Sockets, pipes, event
+    descriptors and the workspace's own files are kept."""
+    if workspace is None:
+        return 0
+    prefix = workspace.rstrip(os.sep) + os.sep
+    dropped = 0
+    for fd in range(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0]):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not target.startswith("/") or target == "/dev/null" or target == workspace or target.startswith(prefix):
+            continue
+        os.dup2(0, fd, inheritable=False)
+        dropped += 1
+    return dropped
+
+
+def freeze(layer: landlock.PreparedLayer | None, policy: AuditPolicy, *,
+           before: Callable[[], Any] | None = None) -> str | None:
+    """Run ``before`` (the worker's last imports, :func:`~envcore.sandbox.app_runtime.import_named_modules`),
+    apply a layer from :func:`prepare_freeze` (the audit hook lets exactly its system calls through),
+    then check it: creating a file in the folder and reading one outside it must now fail. ``None``,
+    or why the worker is not sealed (the app's doing: it closed or replaced the layer's descriptor, or
+    the kernel did not apply it), which the worker reports as a load error."""
     if layer is None:
         return None
+    if before is not None:
+        before()
+    drop_outside_descriptors(workspace_of(layer))
     problem = policy.permit_call(layer.function_address, layer.apply)
     if problem is None:
         problem = policy.permit_call(layer.function_address, layer.creates_files)
-    return None if problem is None else f"the app's folder could not be closed to new files ({problem})"
+    if problem is None:
+        problem = policy.permit_call(layer.function_address, layer.reads_outside)
+    return None if problem is None else f"the app's worker could not be sealed ({problem})"
 
 
 def install_audit_hook(workspace: str, limits: SandboxLimits, read_roots: list[str], *, writable: bool = True,

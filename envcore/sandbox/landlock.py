@@ -98,8 +98,11 @@ class PreparedLayer:
     create a file in the folder with a raw ``openat`` (past any Python-level patching an app may have
     left), which must fail once the layer is on."""
 
-    def __init__(self, abi: int, ruleset: int, libc: ctypes.CDLL, probe_folder: str | None = None) -> None:
+    def __init__(self, abi: int, ruleset: int, libc: ctypes.CDLL, probe_folder: str | None = None,
+                 probe_read: str | None = None) -> None:
         self.abi, self.ruleset = abi, ruleset
+        self.folder: str | None = None
+        """The folder the layer seals (set by its maker)."""
         self._syscall = libc.syscall
         self._args = (ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0))
         self.function_address = ctypes.cast(self._syscall, ctypes.c_void_p).value or 0
@@ -109,6 +112,10 @@ class PreparedLayer:
             self._probe_path = name
             self._probe_args = (ctypes.c_long(_SYS_OPENAT), ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(os.fsencode(name)),
                                 ctypes.c_int(os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC), ctypes.c_int(0o600))
+        self._read_args = None
+        if probe_read is not None:
+            self._read_args = (ctypes.c_long(_SYS_OPENAT), ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(os.fsencode(probe_read)),
+                               ctypes.c_int(os.O_RDONLY | os.O_CLOEXEC), ctypes.c_int(0))
 
     def apply(self) -> str | None:
         """Restrict this process with the layer; ``None``, or why it could not be applied."""
@@ -134,14 +141,26 @@ class PreparedLayer:
         os.unlink(self._probe_path)
         return "a file could still be created in the app's folder"
 
+    def reads_outside(self) -> str | None:
+        """After :meth:`apply`: ``None`` if reading a file outside the folder (one of the Python
+        installation's) fails as it must, else what happened."""
+        if self._read_args is None:
+            return None
+        fd = self._syscall(*self._read_args)
+        if fd < 0:
+            return None
+        os.close(fd)
+        return "a file outside the app's folder could still be read"
+
 
 def prepare(
     read_only: Iterable[str], read_write: Iterable[str], *, workspace_access: int = WORKSPACE,
-    probe_folder: str | None = None,
+    probe_folder: str | None = None, probe_read: str | None = None,
 ) -> tuple[PreparedLayer | None, str | None]:
     """Build a layer (and set ``no_new_privs``, which applying one needs) without applying it:
     (the layer, ``None``) or (``None``, why not). ``probe_folder``: where the layer's
-    :meth:`~PreparedLayer.creates_files` check tries to create a file."""
+    :meth:`~PreparedLayer.creates_files` check tries to create a file; ``probe_read``: a file outside it
+    that its :meth:`~PreparedLayer.reads_outside` check tries to read."""
     abi = abi_version()
     if abi < 1:
         return None, "Landlock is not available in this kernel"
@@ -177,4 +196,4 @@ def prepare(
     except BaseException:
         os.close(ruleset)
         raise
-    return PreparedLayer(abi, ruleset, libc, probe_folder), None
+    return PreparedLayer(abi, ruleset, libc, probe_folder, probe_read), None

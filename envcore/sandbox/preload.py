@@ -51,7 +51,7 @@ from envcore.runner.inprocess import (
     top_level_names,
 )
 from envcore.sandbox import containment, hotswap
-from envcore.sandbox.app_runtime import importable_modules
+from envcore.sandbox.app_runtime import import_named_modules, importable_modules
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, send_frame, write_all_fd
 from envcore.sandbox.worker import precompiled, start_and_serve
@@ -290,5 +290,7 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     if template.finder is not None:
         template.finder.files = files  # imports made later and tracebacks see the patched sources
     clock.append(time.perf_counter())
+    importable = importable_modules()
     start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(plans)},
-                    loaded=lambda: containment.freeze(freezer, policy))
+                    loaded=lambda: containment.freeze(freezer, policy,
+                                                      before=lambda: import_named_modules(files, importable)))

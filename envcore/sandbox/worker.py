@@ -40,7 +40,7 @@ from envcore.runner.inprocess import (
     top_level_names,
 )
 from envcore.sandbox import containment
-from envcore.sandbox.app_runtime import importable_modules
+from envcore.sandbox.app_runtime import import_named_modules, importable_modules
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, write_all_fd
 
@@ -163,7 +163,10 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
         write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
         return
     clock.append(time.perf_counter())
-    start_and_serve(fd, app, loop, layers, clock, ("files", "import"), loaded=lambda: containment.freeze(freezer, policy))
+    importable = importable_modules()
+    start_and_serve(fd, app, loop, layers, clock, ("files", "import"),
+                    loaded=lambda: containment.freeze(freezer, policy,
+                                                      before=lambda: import_named_modules(files, importable)))
 
 
 def start_and_serve(fd: int, app: Any, loop: asyncio.AbstractEventLoop, layers: dict[str, Any], clock: list[float],
