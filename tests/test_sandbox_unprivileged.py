@@ -34,7 +34,8 @@ import pytest
 from envcore.sandbox import supported_platform
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("tests/test_sandbox_attacks.py", "tests/test_sandbox_isolation.py", "tests/test_fault_attribution.py",
+MODULES = ("tests/test_sandbox_attacks.py", "tests/test_sandbox_isolation.py", "tests/test_sandbox_filter.py",
+           "tests/test_bounded_work.py", "tests/test_fault_attribution.py",
            "tests/test_hidden_stays_hidden.py", "tests/test_coach.py", "tests/test_import_walls.py",
            "tests/test_templates.py")
 NOBODY = 65534
@@ -79,7 +80,8 @@ def home():
 # The attacks on state that belongs to a user: what a capability-less grader could lose first.
 OWNERSHIP_ATTACKS = ("metadata or ipc or locks or template_worker or workspaces_are_removed or leftover or healthy "
                      "or writing_outside or deleting_the_workspace or another_workers or killing or renicing or "
-                     "lowering or reading_ or filling_the_disk or creating_files or zygote_killed")
+                     "lowering or reading_ or filling_the_disk or creating_files or zygote_killed or file_times or "
+                     "trace_in_the_python")
 
 
 def _run_unprivileged(home: Path, modules: tuple[str, ...], *select: str) -> str:
