@@ -167,3 +167,22 @@ def test_system_calls_outside_the_allowlist_are_refused(sb, bundle, fixed):
     results = raw_results(sb, bundle, fixed, calls)
     assert results == {name: EPERM for name in calls}, results
     assert_sandbox_healthy(sb)
+
+
+@pytest.mark.slow  # a few minutes under strace
+def test_workers_on_every_shipped_cache_call_nothing_outside_the_allowlist(tmp_path):
+    """The allowlist's evidence, run again: every system call contained workers make while grading and
+    serving a sample of every shipped cache is on the list (and none was refused)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    out = tmp_path / "survey.json"
+    done = subprocess.run([sys.executable, "-m", "envcore.sandbox.survey", "--per-cache", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=1800)
+    survey = json.loads(out.read_text())
+    assert done.returncode == 0 and survey["outside_allowlist"] == [], done.stdout[-3000:]
+    assert survey["processes"] > 10 and not survey["refused"], survey["refused"]

@@ -123,6 +123,9 @@ PRLIMIT64 = 302
 LANDLOCK_RESTRICT_SELF = 446
 """Allowed with the worker's own prepared ruleset only (see :func:`build_filter`)."""
 LANDLOCK_CALLS = {"landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446}
+X86_64_LISTED = frozenset({*X86_64_ALLOWED, *X86_64_LOCK_NOOP, *X86_64_SELF_ONLY, "fcntl", "ioctl", "open", "openat",
+                           "prlimit64", "landlock_restrict_self"})
+"""Every call the filter lets through in some form: unconditionally, or with the argument rules above."""
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:

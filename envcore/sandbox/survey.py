@@ -4,7 +4,7 @@
 of scenarios from every shipped cache (each app untouched and with its reference fix, through fresh
 and template workers) and plays an episode's tools on a few of them. It then reads the trace and
 prints, for the processes that installed the filter, every system call made *after* it was
-installed: how often, whether the allowlist (:data:`envcore.sandbox.seccomp.X86_64_ALLOWED`) has it,
+installed: how often, whether the allowlist (:data:`envcore.sandbox.seccomp.X86_64_LISTED`) has it,
 and every call the filter refused. A new Python, glibc or library version that needs a call the
 allowlist lacks shows up here first (and as refused calls: the app sees ``PermissionError``), which
 is how the list is kept current. The command exits 1 if a call outside the allowlist was seen.
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         _child(args.per_cache)
         return 0
-    from envcore.sandbox.seccomp import X86_64_ALLOWED
+    from envcore.sandbox.seccomp import X86_64_LISTED
 
     strace = shutil.which("strace")
     if strace is None:
@@ -122,10 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                     for line in lines:
                         out.write(f"{pid} {line}")
         result = survey_trace(joined)
-    missing = sorted(set(result["calls"]) - set(X86_64_ALLOWED))
+    missing = sorted(set(result["calls"]) - set(X86_64_LISTED))
     result["outside_allowlist"] = missing
     for name, count in sorted(result["calls"].items(), key=lambda kv: -kv[1]):
-        mark = "" if name in X86_64_ALLOWED else "   <- not in the allowlist"
+        mark = "" if name in X86_64_LISTED else "   <- not in the allowlist"
         refused = f" ({result['refused'][name]} refused)" if name in result["refused"] else ""
         print(f"{count:>10,}  {name}{refused}{mark}")
     print(f"{result['processes']} filtered processes; {len(result['calls'])} distinct calls; "
