@@ -422,7 +422,7 @@ def test_the_reference_fix_grades_full_and_the_shipped_app_does_not_whatever_sig
     assert shipped.regression.passed == shipped.regression.total == 3  # legitimate use works as shipped
     exploit = next(p for p in shipped.probes if p.probe_id == "sec-other-note")
     assert not exploit.passed and exploit.expected[0].startswith("GET /notes/n1 as bob:")
-    assert "anonymous" not in exploit.expected[0] and exploit.got == ("200",)
+    assert "anonymous" not in exploit.expected[0] and exploit.got == ("served",)
 
 
 @sandboxed

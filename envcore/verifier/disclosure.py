@@ -79,7 +79,9 @@ _APP_WORDS = (
     (re.compile(r"^(header \S+) is .*, expected (.*)$", re.S), lambda m: f"{m.group(1)} differs from the expected {m.group(2)}"),
     (re.compile(r"^redirects off-site to .*$", re.S), lambda m: "redirects off-site"),
     (re.compile(r"^no response \(.*\)$", re.S), lambda m: "no answer"),
-    (re.compile(r"^(login as .+? failed): (?:no response \(.*\)|status \d+.*)$", re.S), lambda m: f"{m.group(1)}: no answer"),
+    (re.compile(r"^(login as .+? failed): no response \(.*\)$", re.S), lambda m: f"{m.group(1)}: no answer"),
+    (re.compile(r"^(login as .+? failed): status (\d+)(?: with (no token at JSON '[^']*'|a reply that is not JSON))?.*$", re.S),
+     lambda m: f"{m.group(1)}: the app's answer: {step_in_words(m.group(2))}" + (f", with {m.group(3)}" if m.group(3) else "")),
     (re.compile(r"^not answered in time: .*$", re.S), lambda m: "not answered in time"),
 )
 
