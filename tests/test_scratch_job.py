@@ -326,6 +326,34 @@ def test_one_treated_run_gets_no_verdict_however_far_it_falls(tmp_path):
     assert block["mean_difference_after_first"] == pytest.approx(-0.36)
 
 
+def test_one_run_per_arm_gets_a_band_from_each_steps_own_episodes(tmp_path):
+    """A step's mean is a sample of its episodes: with their spread and number (training.json), the
+    treated-minus-control difference gets an interval per step, and only the steps whose interval
+    excludes zero are counted as below (or above) the control."""
+    from envcore.training.curves import learning_curves, render_curves
+
+    def run(folder: Path, rewards: list[float], spread: float) -> Path:
+        _metrics(folder, rewards)
+        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        for row in rows[1:]:
+            row["metrics"]["reward_std"] = spread
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / "training.json").write_text(json.dumps({"config": {"spec": {"grpo": {"scenarios_per_step": 4,
+                                                                                       "group_size": 8}}}}))
+        return folder
+
+    control = run(tmp_path / "c", [0.5] * 6, 0.5)
+    far = learning_curves([run(tmp_path / "far", [0.5, 0.1, 0.1, 0.45, 0.1, 0.1], 0.5)], [control])
+    band = far["metrics"]["env/reward"]["episode_band"]
+    # 0.4 below with 32 episodes a side and spreads of 0.5: interval half-width 0.245, wholly below zero;
+    # 0.05 below is inside it
+    assert band["episodes_per_step"] == [32, 32] and band["steps_wholly_below"] == 4 and band["steps_wholly_above"] == 0
+    assert band["per_step"][1]["high"] == pytest.approx(-0.4 + 1.96 * (0.25 / 16) ** 0.5)
+    assert "wholly below zero in 4 steps" in render_curves(far)
+    noisy = learning_curves([run(tmp_path / "noisy", [0.5, 0.1, 0.1, 0.45, 0.1, 0.1], 2.0)], [control])
+    assert noisy["metrics"]["env/reward"]["episode_band"]["steps_wholly_below"] == 0  # the same means, wider spread
+
+
 def test_the_estimate_follows_the_jobs_own_budget_rules():
     from envcore.training.job_estimate import estimate
     from envcore.training.job_spec import GPU

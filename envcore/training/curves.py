@@ -14,6 +14,15 @@ GRPO raised the reward only if the treated runs rose and their rise's interval l
 control's mean rise; with one treated run there is no interval and so no verdict. Beside it, step by
 step, the treated mean against the control's (how many steps below and above it, and the mean
 difference after the first step, which both arms share). :func:`render_curves` says it in Markdown.
+
+**A band from each step's own episodes.** A step's mean is itself a sample: its episodes (the job's
+``scenarios_per_step`` x ``group_size``, 32 in ``cpu-learn``) vary, and the row keeps their spread
+(``reward_std``; a full-fix share's spread follows from the share). So even one run per arm has a band:
+per step, each arm's mean with a 95% interval over its episodes, and the treated-minus-control
+difference with the interval of the two together; the steps where that interval lies wholly below (or
+above) zero are counted. Episodes of one scenario are alike, so this band is narrower than the spread
+between whole runs would be: a step outside it is a difference the step's own sampling cannot explain,
+not yet one that other seeds would repeat.
 """
 
 from __future__ import annotations
@@ -47,6 +56,42 @@ def _metrics_text(folder: Path) -> str:
     raise FileNotFoundError(f"no metrics.jsonl in {folder} (nor in a results.tar.gz there)")
 
 
+def episodes_per_step(folder: str | Path) -> int | None:
+    """How many episodes one GRPO step of the job in ``folder`` played (its ``training.json``:
+    ``scenarios_per_step`` x ``group_size``), ``None`` if it does not say."""
+    import io
+    import tarfile
+
+    folder = Path(folder)
+    plain = [folder / "training.json", *sorted(folder.glob("training/*/training.json"))]
+    found = next((p for p in plain if p.is_file()), None)
+    text = found.read_text() if found is not None else None
+    if text is None:
+        parts = sorted(folder.glob("results.tar.gz.[0-9][0-9]")) or [folder / "results.tar.gz"]
+        if not parts[0].is_file():
+            return None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
+            member = next((m for m in tar.getmembers() if m.name.endswith("/training.json")), None)
+            if member is None:
+                return None
+            text = tar.extractfile(member).read().decode()
+    grpo = json.loads(text).get("config", {}).get("spec", {}).get("grpo", {})
+    if not grpo.get("scenarios_per_step") or not grpo.get("group_size"):
+        return None
+    return int(grpo["scenarios_per_step"]) * int(grpo["group_size"])
+
+
+def _spread(metric: str, row: dict[str, Any]) -> float | None:
+    """The standard deviation of ``metric`` over one step's episodes."""
+    metrics = row["metrics"]
+    if metric == "env/reward" and "reward_std" in metrics:
+        return float(metrics["reward_std"])
+    if metric == "env/full_fix" and metric in metrics:
+        share = float(metrics[metric])
+        return math.sqrt(max(share * (1 - share), 0.0))
+    return None
+
+
 def grpo_rows(folder: str | Path) -> list[dict[str, Any]]:
     """The GRPO rows of one job's metrics (:func:`_metrics_text`), in step order."""
     text = _metrics_text(Path(folder))
@@ -73,6 +118,7 @@ def rise(values: list[float]) -> float:
 def learning_curves(treated: list[str | Path], control: list[str | Path], *, metrics: tuple[str, ...] = METRICS) -> dict[str, Any]:
     """Per step and per run group, the mean over seeds with its interval; per run, its rise; and the verdict."""
     groups = {"treated": [grpo_rows(f) for f in treated], "control": [grpo_rows(f) for f in control]}
+    sizes = {"treated": [episodes_per_step(f) for f in treated], "control": [episodes_per_step(f) for f in control]}
     out: dict[str, Any] = {"runs": {"treated": [str(f) for f in treated], "control": [str(f) for f in control]},
                            "metrics": {}}
     for metric in metrics:
@@ -104,8 +150,35 @@ def learning_curves(treated: list[str | Path], control: list[str | Path], *, met
             block["steps_below_control"] = sum(a < b for a, b in later)
             block["steps_above_control"] = sum(a > b for a, b in later)
             block["mean_difference_after_first"] = statistics.fmean(a - b for a, b in later) if later else 0.0
+            band = _episode_band(metric, groups, sizes)
+            if band is not None:
+                block["episode_band"] = band
         out["metrics"][metric] = block
     return out
+
+
+def _episode_band(metric: str, groups: dict[str, list[list[dict[str, Any]]]],
+                  sizes: dict[str, list[int | None]]) -> dict[str, Any] | None:
+    """With one run per arm: per step, the treated-minus-control difference and its 95% interval over
+    the two steps' episodes, and how many steps after the first lie wholly below or above zero (see
+    the module docstring). ``None`` when a run does not say how many episodes a step played."""
+    if len(groups["treated"]) != 1 or len(groups["control"]) != 1:
+        return None
+    n_t, n_c = sizes["treated"][0], sizes["control"][0]
+    if not n_t or not n_c:
+        return None
+    treated, control = groups["treated"][0], groups["control"][0]
+    steps = []
+    for t_row, c_row in zip(treated, control):
+        s_t, s_c = _spread(metric, t_row), _spread(metric, c_row)
+        if s_t is None or s_c is None:
+            return None
+        difference = float(t_row["metrics"][metric]) - float(c_row["metrics"][metric])
+        half = 1.96 * math.sqrt(s_t ** 2 / n_t + s_c ** 2 / n_c)
+        steps.append({"difference": difference, "low": difference - half, "high": difference + half})
+    later = steps[1:]
+    return {"episodes_per_step": [n_t, n_c], "per_step": steps,
+            "steps_wholly_below": sum(s["high"] < 0 for s in later), "steps_wholly_above": sum(s["low"] > 0 for s in later)}
 
 
 def render_curves(result: dict[str, Any], *, title: str = "Does GRPO raise the reward?") -> str:
@@ -133,6 +206,11 @@ def render_curves(result: dict[str, Any], *, title: str = "Does GRPO raise the r
             lines.append(f"- after the first step, treated minus control: {block['mean_difference_after_first']:+.3f} on "
                          f"average; below the control in {block['steps_below_control']} steps, above in "
                          f"{block['steps_above_control']}")
+        if "episode_band" in block:
+            band = block["episode_band"]
+            lines.append(f"- with each step's own episodes ({band['episodes_per_step'][0]} a step): the difference's 95% "
+                         f"interval lies wholly below zero in {band['steps_wholly_below']} steps after the first, wholly "
+                         f"above in {band['steps_wholly_above']}")
         if "verdict" in block:
             lines.append(f"- verdict: **{block['verdict']}**")
         lines.append("")
