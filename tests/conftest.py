@@ -53,6 +53,17 @@ def sandbox():
     box.close()
 
 
+@pytest.fixture
+def cached_episode(sandbox):
+    """An episode of the default cache's first scenario (12 steps), its live app stopped after."""
+    from envcore.cache import ScenarioCache
+    from envcore.env.episode import Episode
+
+    episode = Episode(next(iter(ScenarioCache.open(None))), sandbox, max_steps=12)
+    yield episode
+    episode.close_live()
+
+
 @pytest.fixture(scope="session")
 def shipped():
     """The shipped scenario cache."""

@@ -187,14 +187,8 @@ def test_large_files_diff_in_bounded_time_and_round_trip():
 # -- through an episode: each of these is one clear invalid (or valid) step, never seconds of CPU -----
 
 @pytest.fixture
-def episode(sandbox):
-    from envcore.cache import ScenarioCache
-    from envcore.env.episode import Episode
-
-    bundle = next(iter(ScenarioCache.open(None)))
-    ep = Episode(bundle, sandbox, max_steps=12)
-    yield ep
-    ep.close_live()
+def episode(cached_episode):
+    return cached_episode
 
 
 @pytest.mark.parametrize("shape", ["balanced_nesting", "nested_quoted_keys", "unclosed_fences", "python_literal_of_commas"])

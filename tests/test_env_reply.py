@@ -112,14 +112,8 @@ def test_an_action_between_any_prose_is_found(before, tool, after):
 # -- the reply action: the environment reads the model's text itself ------------------------------
 
 @pytest.fixture
-def episode(sandbox):
-    from envcore.cache import ScenarioCache
-    from envcore.env.episode import Episode
-
-    bundle = next(iter(ScenarioCache.open(None)))
-    ep = Episode(bundle, sandbox, max_steps=6)
-    yield ep
-    ep.close_live()
+def episode(cached_episode):
+    return cached_episode
 
 
 def test_a_reply_runs_the_action_in_it_as_one_step(episode):

@@ -14,17 +14,10 @@ from fastapi import HTTPException
 from gradio.state_holder import StateHolder
 
 from envcore.server.guard import CURRENT_CLIENT, ClientPolicy
+from tests.test_sessions import Clock
 from ui.page_state import guard_page_states
 
 VISITOR, SCRIPT = "198.51.100.7", "203.0.113.9"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
