@@ -430,7 +430,7 @@ def test_a_failed_login_is_that_steps_failure_in_the_report(sandbox):
     bundle = notes_bundle("login_json", password_of_alice="pw-not-hers")
     report = verify(bundle, fixed_files(bundle), sandbox=sandbox, shadow=False)
     own = next(p for p in report.probes if p.probe_id == "reg-own-note")
-    assert not own.passed and own.failures == ("login as alice failed: status 401",)
+    assert not own.passed and own.failures == ("login as alice failed: the app's answer: refused",)
     assert report.resolution is Resolution.NO
     bob = next(p for p in report.probes if p.probe_id == "reg-me-twice")
     assert bob.passed  # bob signs in on his own
