@@ -30,6 +30,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from envcore.sandbox.audit import DENIED_MODULES
+
 APP_LIBRARIES = (
     "uvicorn",
     "sqlalchemy", "sqlalchemy.orm", "sqlalchemy.ext.asyncio", "sqlalchemy.dialects.sqlite",
@@ -107,8 +109,6 @@ def import_named_modules(files: dict[str, str], importable: frozenset[str]) -> i
     for path, text in files.items():
         if path.endswith(".py"):
             names.update(_imported_names(text))
-    from envcore.sandbox.audit import DENIED_MODULES
-
     imported = 0
     for name in sorted(names):
         top = name.split(".", 1)[0]

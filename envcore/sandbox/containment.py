@@ -242,10 +242,6 @@ def prepare_freeze(workspace: str, workspace_access: str = "writable") -> landlo
     return layer
 
 
-def workspace_of(layer: landlock.PreparedLayer) -> str | None:
-    return layer.folder
-
-
 def drop_outside_descriptors(workspace: str | None) -> int:
     """Point every descriptor open on a file or folder outside ``workspace`` at ``/dev/null`` (standard
     input's); return how many. A descriptor opened while the app loaded would otherwise still read the
@@ -278,7 +274,7 @@ def freeze(layer: landlock.PreparedLayer | None, policy: AuditPolicy, *,
         return None
     if before is not None:
         before()
-    drop_outside_descriptors(workspace_of(layer))
+    drop_outside_descriptors(layer.folder)
     problem = policy.permit_call(layer.function_address, layer.apply)
     if problem is None:
         problem = policy.permit_call(layer.function_address, layer.creates_files)
