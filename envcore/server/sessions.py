@@ -202,7 +202,9 @@ class SessionHub:
             session_id = secrets.token_urlsafe(16)
             if isinstance(runtime.logger, CappedEpisodeLog):  # each visitor writes within its own quota
                 client = visitor.client if self.policy.is_capped(visitor.client) else None
-                runtime = dataclasses.replace(runtime, logger=runtime.logger.for_visitor(client))
+                # the copy reaches the sandbox through the shared runtime, so sessions still share one
+                runtime = dataclasses.replace(runtime, logger=runtime.logger.for_visitor(client),
+                                              parent=runtime if runtime.sandbox is None else runtime.parent)
             self._sessions[session_id] = _Session(A01Environment(runtime), self._clock(), kind, visitor)
         return session_id
 
