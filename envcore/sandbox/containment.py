@@ -159,13 +159,13 @@ def contain(
     workspace_access: str = "writable",
 ) -> tuple[dict[str, Any], landlock.PreparedLayer | None]:
     """Steps 5-7 but the audit hook (the caller has done 1-4); return the active layers (and what could
-    not be applied) and, for a writable workspace, the prepared layer that freezes it once the app has
-    loaded (:func:`freeze`). The hook comes last, with :func:`install_audit_hook`, once the worker has
+    not be applied) and the prepared layer that seals the worker once the app has loaded (:func:`freeze`;
+    ``None`` without Landlock). The hook comes last, with :func:`install_audit_hook`, once the worker has
     written the app's files (which must not count against the app's own file quota).
 
-    The order: limits, the Landlock layer, the freeze layer prepared, ``rehearse``, capabilities
+    The order: limits, the Landlock layer, the seal prepared, ``rehearse``, capabilities
     dropped, and the seccomp allowlist last, so the filter need not allow anything the earlier layers
-    call (no Landlock call is open to the app but applying the one prepared freeze).
+    call (no Landlock call is open to the app but applying the one prepared seal).
 
     ``rehearse`` (trusted code, see :func:`envcore.sandbox.worker.rehearse`) runs once the Landlock
     layer is in place. With ``idle_priority`` everything up to there runs under ``SCHED_IDLE``, so
