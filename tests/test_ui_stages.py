@@ -125,3 +125,17 @@ def test_watch_opens_on_the_last_stage_against_the_untrained_base(tmp_path):
     assert artifact_sets.default_pair(sets) == ("training/run/eval/trained/base", "training/run/eval/trained/sft_grpo")
     by_name = {s.name: s for s in sets}
     assert artifact_sets.base_of(by_name["training/run/eval/trained/sft"], sets).name == "training/run/eval/trained/base"
+
+
+def test_a_run_cut_off_before_grpo_is_titled_by_the_stages_it_reached_and_its_measured_size(tmp_path):
+    table = _table("cut-off", (0.0, 0.25, 0.25), (0.0, 0.1, 0.1))
+    for block in table["slices"].values():
+        del block["stages"]["sft+grpo"]
+    table["stages"] = ["base", "sft"]
+    _write(tmp_path, table, model="artifacts/models/tiny-random-llm")
+    training = json.loads((tmp_path / "training/cut-off/training.json").read_text())
+    (tmp_path / "training/cut-off/training.json").write_text(json.dumps(training | {"parameters": 26_223_104}))
+    text = stages_view.stages_markdown(stages_view.read_stage_tables(tmp_path))
+    # what the run counted on its own model, not an estimate from another model's config
+    assert "#### cut\\-off: base → SFT (a 26.2M-parameter model)" in text
+    assert "SFT+GRPO" not in text

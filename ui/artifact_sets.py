@@ -161,10 +161,14 @@ def model_parameters(config: dict) -> int | None:
         hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
         vocab = int(config.get("vocab_size", 0))
         mlp = int(config.get("intermediate_size") or 4 * hidden)
-    except (KeyError, TypeError, ValueError):
+        heads = int(config.get("num_attention_heads") or 1)
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        kv = head_dim * int(config.get("num_key_value_heads") or heads)  # grouped-query attention: fewer K/V heads
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
-    return embeddings + layers * (4 * hidden * hidden + 3 * hidden * mlp)
+    attention = 2 * hidden * head_dim * heads + 2 * hidden * kv  # Q and O, then K and V
+    return embeddings + layers * (attention + 3 * hidden * mlp)
 
 
 def _model_folder(root: Path, model: str) -> Path | None:

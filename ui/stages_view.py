@@ -74,10 +74,12 @@ def read_stage_tables(artifacts: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             training = {}
         table["description"] = str((training.get("config") or {}).get("description") or "").strip()
-        table["parameters"] = None
+        # the count the run measured on its own model, else one worked out from the model's config
+        counted = training.get("parameters")
+        table["parameters"] = counted if isinstance(counted, int) and not isinstance(counted, bool) and counted > 0 else None
         model = training.get("model")
         found = _model_folder(Path(artifacts), str(model)) if isinstance(model, str) else None
-        if found is not None:
+        if found is not None and table["parameters"] is None:
             try:
                 table["parameters"] = model_parameters(json.loads((found / "config.json").read_text()))
             except (OSError, ValueError):
@@ -146,6 +148,14 @@ def learning_line(tables: list[dict[str, Any]]) -> str:
     return line
 
 
+def _stages_title(table: dict[str, Any]) -> str:
+    """The stages a run reached, in order (a job cut off before GRPO says base → SFT, not more)."""
+    seen: list[str] = []
+    for block in table["slices"].values():
+        seen += [stage for stage in block["stages"] if stage not in seen]
+    return " → ".join(TITLES.get(stage, safe.markdown(stage)) for stage in seen)
+
+
 def stages_markdown(tables: list[dict[str, Any]]) -> str:
     """Every run's table (stages by slice, then the paired comparisons), for the training panel."""
     if not tables:
@@ -154,7 +164,7 @@ def stages_markdown(tables: list[dict[str, Any]]) -> str:
     out = []
     for table in tables:
         size = _size(table)
-        out += [f"#### {safe.markdown(table['run'])}: base → SFT → SFT+GRPO" + (f" ({size})" if size else ""), ""]
+        out += [f"#### {safe.markdown(table['run'])}: {_stages_title(table)}" + (f" ({size})" if size else ""), ""]
         if table["description"]:
             out += [safe.markdown(table["description"]), ""]
         out += ["| slice | stage | scenarios | full fix | security | regression | mean reward | format errors |",

@@ -127,7 +127,8 @@ def _pct(stat: dict[str, Any]) -> str:
 
 def render_stages(table: dict[str, Any], *, note: str = "") -> str:
     """The table as Markdown (see the module docstring)."""
-    lines = [f"# {table['run']}: base → SFT → SFT+GRPO", ""]
+    reached = [stage for stage in STAGE_TITLES if stage in (table.get("stages") or STAGE_TITLES)]
+    lines = [f"# {table['run']}: {' → '.join(STAGE_TITLES[stage] for stage in reached)}", ""]
     if note:
         lines += [note, ""]
     lines += ["Each cell: mean [95% bootstrap interval] over the slice's scenarios, one greedy episode each.", "",
