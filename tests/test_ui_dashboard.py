@@ -77,12 +77,17 @@ def test_the_headline_names_the_best_agent_with_the_reports_intervals_and_not_th
             f"{fix['mean']:.0%} [{fix['ci95'][0]:.0%}, {fix['ci95'][1]:.0%}], mean reward {reward['mean']:+.3f} "
             f"[{reward['ci95'][0]:+.3f}, {reward['ci95'][1]:+.3f}], n = 258.") in shown
     assert "It is only a scripted baseline: no trained agent beats it yet" in shown
-    # the best trained one, with its caveat (the shipped trained models are tiny)
-    assert "The best trained agent, **tiny-" in shown and "is a tiny model taught a few apps, not a skilled agent" in shown
+    # the best trained one: the from-scratch job's SFT model on the test split, its numbers its own summary's
+    job = json.loads((ARTIFACTS / "training/scratch-26m/eval/test/sft/summary.json").read_text())["overall"]["reward"]
+    assert (f"The best trained agent, **scratch-26m after SFT** (held-out eval (test)), scores mean reward "
+            f"{job['mean']:+.3f} [{job['ci95'][0]:+.3f}, {job['ci95'][1]:+.3f}], n = 96.") in shown
+    assert "tiny model taught a few apps" not in shown  # trained on 10,293 apps, not a few
     assert "**Human players:** no human episodes yet: play one in the Play tab." in shown
-    # what training did: the shipped three-stage run, on the apps it learned and on unseen ones
-    assert "**What training did** (tiny-learn" in shown and "full fixes on the 4 scenarios it learned: base 0% →" in shown
-    assert "not expected to fix apps it has not seen" in shown
+    # what training did: the run that gained on apps it never saw, with its measured size
+    stages = json.loads((ARTIFACTS / "training/scratch-26m/stages.json").read_text())["slices"]["test"]["stages"]
+    assert ("**What training did** (scratch-26m, a 26.2M-parameter model): full fixes on 96 unseen scenarios of test: "
+            f"base {stages['base']['overall']['full_fix']['mean']:.0%} → SFT {stages['sft']['overall']['full_fix']['mean']:.0%}") in shown
+    assert "not expected to fix apps it has not seen" not in shown
     assert "**Validation:** **Oracle: the reference fix (validation only)**" in shown and "100% full fixes" in shown
     assert "Best agent:** **Oracle" not in shown
     assert "Broken Access Control" in shown and "held-out scenarios" in shown
