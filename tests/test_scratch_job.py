@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from envcore.training.grpo_loop import ScenarioPool, group_advantages, micro_batches, policy_gradient_step
 from envcore.sandbox.app_runtime import distribution_name as normal
+from envcore.training.grpo_loop import ScenarioPool, group_advantages, micro_batches, policy_gradient_step
 from envcore.training.job_files import GPU_IMAGE, JOB_WHEELS, RESULTS, export_results, import_results
 from envcore.training.sft_loop import learning_rate, length_batches
 
@@ -275,6 +275,36 @@ def test_the_policy_gradient_makes_a_rewarded_reply_likelier(tiny_model, sign):
     assert (after - before) * sign > 0
 
 
+def test_generation_in_16_bits_follows_the_trained_weights_and_leaves_them_in_32(tiny_model):
+    """Decoding with float32 weights under autocast re-casts every weight at every step (8.5x slower on
+    the GPU job's model, docs/training.md), so generation runs on a 16-bit copy. The attacks on that
+    copy: going stale (GRPO updates the model, rollouts keep sampling the old policy) and turning the
+    trained model itself to 16 bits."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envcore.training.generation import ModelGeneration
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    generation = ModelGeneration(model, tokenizer, temperature=None, autocast_dtype=torch.bfloat16)
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    first = [g.ids for g in generation.generate(prompts, [6, 6])]
+    # an update (here: noise), then the same generator again: it must sample the updated policy, as a
+    # generator built afresh on the updated model does
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter))
+    second = [g.ids for g in generation.generate(prompts, [6, 6])]
+    fresh = [g.ids for g in ModelGeneration(model, tokenizer, temperature=None,
+                                            autocast_dtype=torch.bfloat16).generate(prompts, [6, 6])]
+    assert fresh != first and second == fresh
+    assert {p.dtype for p in generation.inference_model().parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert all(p.requires_grad for p in model.parameters())
+
+
 def test_a_stage_played_alone_is_never_its_own_base(smoke_job):
     """The SFT stage's evaluation on one slice is the same model as on another: neither is the other's
     base, so the Space never pairs two slices of one model (a comparison on no common scenario)."""
@@ -355,19 +385,27 @@ def test_one_run_per_arm_gets_a_band_from_each_steps_own_episodes(tmp_path):
 
 
 def test_the_estimate_follows_the_jobs_own_budget_rules():
-    from envcore.training.job_estimate import estimate
+    from envcore.training.job_estimate import estimate, render_estimate
     from envcore.training.job_spec import GPU
 
     measured = {"demonstrations": 10_000, "read_s": 2.0, "tokenizer_s": 8.0, "encode_per_s": 50.0,
                 "mean_tokens": 3000.0, "kept_share": 1.0, "env_s_per_episode": 1.0}
     result = estimate(GPU, measured, budget_s=540, cores=16, tflops=100, ms_per_token=10, install_s=20)
     assert result["setup_s"] == pytest.approx(20 + 2 + 8 + 10_000 / (50 * 15) + 10, abs=0.1)
-    assert result["sft_s"] == pytest.approx((540 - result["setup_s"]) * GPU.sft.share, abs=0.1)
+    one = result["one_evaluation_s"]
+    assert result["sft_s"] == pytest.approx(min((540 - result["setup_s"]) * GPU.sft.share,
+                                                540 - result["setup_s"] - one - 2 * (one * 1.2 + 10)), abs=0.2)
     total = result["setup_s"] + result["sft_s"] + result["evaluate_base_and_sft_s"] + result["grpo_s"]
     assert total + result["final_evaluation_s"] <= 540 + 1e-6
     assert result["evaluation_episodes_per_stage"] == 96 + 48 + 10
     slower = estimate(GPU, measured, budget_s=540, cores=16, tflops=100, ms_per_token=40, install_s=20)
     assert slower["grpo_steps"] < result["grpo_steps"]  # slower decoding leaves GRPO fewer steps
+    # decoding as slow as float32 weights under autocast made it (95 ms a step): SFT gives up its time, and
+    # the estimate says that three evaluations alone do not fit
+    fp32 = estimate(GPU, measured, budget_s=540, cores=16, tflops=61, ms_per_token=95, install_s=20)
+    assert fp32["sft_s"] < (540 - fp32["setup_s"]) * GPU.sft.share and fp32["grpo_steps"] == 0
+    assert result["fits"] and not fp32["fits"]
+    assert "does not fit" in render_estimate(fp32) and "does not fit" not in render_estimate(result)
 
 
 def test_demonstrations_made_in_parts_combine_into_one_set(tmp_path):
@@ -464,3 +502,14 @@ def test_packed_wheels_unpack_as_run_sh_does_and_install(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
                     str(tmp_path / "site"), str(restored)], check=True)
     assert (tmp_path / "site" / "a01probe" / "__init__.py").read_bytes().startswith(b"VALUE = 42")
+
+
+def test_the_decoding_bench_times_both_ways_through_the_jobs_generation():
+    from envcore.training.decode_bench import bench_decoding
+    from envcore.training.job_spec import PRESETS
+
+    said: list[str] = []
+    result = bench_decoding(PRESETS["smoke"], batch=3, prompt_tokens=16, new_tokens=5, repeats=1, say=said.append)
+    assert set(result["ways"]) == {"float32 weights under autocast", "16-bit copy"}
+    assert all(way["ms_per_step"] >= 0 and way["prefill_ms"] > 0 for way in result["ways"].values())
+    assert result["device"] == "CPU" and "decodes" in said[-1]

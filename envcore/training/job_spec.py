@@ -17,10 +17,12 @@ held-out slices, all inside a wall-clock budget. Its size is this module's :clas
   on a CPU in well under a minute. Its numbers mean nothing; that every stage runs and writes its
   results in the shipped format is what it shows.
 
-How the budget is split (:attr:`JobSpec.shares`): setup (imports, the sandbox's self-check, the
-tokenizer and the demonstrations' encoding) takes what it takes and is measured; of what is left,
-SFT gets its share, then the base and SFT models are evaluated (that time is measured, and the
-same is reserved for evaluating the final model), and GRPO gets what remains but that reserve.
+How the budget is split: setup (imports, the sandbox's self-check, the tokenizer and the
+demonstrations' encoding) takes what it takes and is measured; the base model is evaluated (an
+untrained model decodes every token of every turn: the longest an evaluation takes); SFT gets its
+share of what setup left, but never the time the two later evaluations need; the SFT model is
+evaluated (that time is measured, and the same plus a margin is reserved for evaluating the final
+model), and GRPO gets what remains but that reserve.
 Each stage ends at its deadline rather than at a step count, so a slower machine trains less but
 still finishes with every table written.
 

@@ -15,14 +15,18 @@
    evaluation app, which would turn the held-out table into a memory test).
 3. **The model**: a byte-level BPE tokenizer trained on the demonstrations and a Llama-style model
    with random weights (:func:`envcore.agents.tiny_model.build_tiny_model`).
-4. **SFT** (:mod:`envcore.training.sft_loop`) until its deadline; the SFT weights are exported.
-5. **Evaluation of the base and SFT models** on every slice (:mod:`envcore.training.batch_eval`), and
-   the stage table written with those two stages: a job cut off here still leaves the SFT table
-   and weights.
-6. **GRPO** (:mod:`envcore.training.grpo_loop`) on train scenarios of the cache, keeping those where
-   the model sometimes fails and sometimes succeeds, until the time left is what evaluating one
-   stage took (measured in step 5) plus a margin.
-7. **Evaluation of SFT+GRPO**, the three-stage table, and the final weights exported.
+4. **Evaluation of the base model** on every slice (:mod:`envcore.training.batch_eval`), before SFT:
+   an untrained model writes every token of every turn, so this measures the longest an evaluation
+   can decode, and what follows is planned on it.
+5. **SFT** (:mod:`envcore.training.sft_loop`) until its deadline: its share of what setup left, but
+   never the time the two later evaluations need (the base's, plus a fifth and 10 s, each); the SFT
+   weights are exported.
+6. **Evaluation of the SFT model**, and the stage table written with the two stages: a job cut off
+   here still leaves the SFT table and weights.
+7. **GRPO** (:mod:`envcore.training.grpo_loop`) on train scenarios of the cache, keeping those where
+   the model sometimes fails and sometimes succeeds, until the time left is what evaluating the SFT
+   model took plus a margin.
+8. **Evaluation of SFT+GRPO**, the three-stage table, and the final weights exported.
 
 Results (:mod:`envcore.training.job_files`): ``DIR/job.log``, ``DIR/results.tar.gz`` (the run
 folder in the layout of ``artifacts/``: ``training/<name>/`` with ``training.json``, ``job.json``,
@@ -377,8 +381,29 @@ def run_job(spec: JobSpec, *, demos: Path, out: Path, budget_s: float, work: Pat
         f"({data.too_long} over {spec.sft.max_length} tokens left out), {data.tokens:,} tokens")
     clock.end("setup")
 
-    # ----- SFT
-    sft_given = max(1.0, clock.left() * spec.sft.share)
+    # ----- evaluation of the base model: the untrained weights, before SFT changes them
+    if spec.grpo.pool_split == "demos":
+        pool_ids = sorted({d.scenario_id for d in demo_list} & set(cache.ids(split="train")))
+    else:
+        pool_ids = sorted(cache.ids(split=spec.grpo.pool_split))
+    if spec.grpo.pool_split in HELD_OUT:
+        raise JobError(f"grpo.pool_split {spec.grpo.pool_split!r} is held out for evaluation")
+    random.Random(spec.grpo.seed).shuffle(pool_ids)
+    pool_ids = pool_ids[:spec.grpo.pool_size]
+    job.table = {"run": spec.name, "stages": [], "slices": {}, "agents": {s: job.agent_id(s) for s in STAGE_IDS}}
+    left_after_setup = clock.left()
+    clock.begin("eval_base")
+    evaluate_stage(job, "base", model, tokenizer, runtime, cache, trained=pool_ids, autocast=autocast)
+    base_eval = clock.end("eval_base")
+
+    # ----- SFT: its share of what setup left, but never the time the two later evaluations need. An
+    # untrained model writes every token of every turn, so no later evaluation decodes longer than the
+    # base's did; the margin is for the sandbox grading the submissions a trained model makes.
+    one_eval_bound = base_eval * 1.2 + 10.0
+    sft_given = max(1.0, min(left_after_setup * spec.sft.share, clock.left() - 2 * one_eval_bound))
+    if sft_given < left_after_setup * spec.sft.share:
+        say(f"SFT gets {sft_given:.0f} s, less than its share, so that evaluating SFT and SFT+GRPO keeps "
+            f"{one_eval_bound:.0f} s each (the base's evaluation took {base_eval:.0f} s)")
     clock.begin("sft", given=sft_given)
     from envcore.training.sft_loop import train_sft
 
@@ -393,21 +418,7 @@ def run_job(spec: JobSpec, *, demos: Path, out: Path, budget_s: float, work: Pat
         f"{figures.as_dict()['loss_first']} -> {figures.as_dict()['loss_last']}, {figures.as_dict()['tokens_per_second']} tokens/s")
     job.write(model, tokenizer, stage="sft")
 
-    # ----- evaluation of base and SFT
-    if spec.grpo.pool_split == "demos":
-        pool_ids = sorted({d.scenario_id for d in demo_list} & set(cache.ids(split="train")))
-    else:
-        pool_ids = sorted(cache.ids(split=spec.grpo.pool_split))
-    if spec.grpo.pool_split in HELD_OUT:
-        raise JobError(f"grpo.pool_split {spec.grpo.pool_split!r} is held out for evaluation")
-    random.Random(spec.grpo.seed).shuffle(pool_ids)
-    pool_ids = pool_ids[:spec.grpo.pool_size]
-    base = AutoModelForCausalLM.from_pretrained(work / "models" / f"{spec.name}-base", dtype=torch.float32).to(device)
-    job.table = {"run": spec.name, "stages": [], "slices": {}, "agents": {s: job.agent_id(s) for s in STAGE_IDS}}
-    clock.begin("eval_base")
-    evaluate_stage(job, "base", base, tokenizer, runtime, cache, trained=pool_ids, autocast=autocast)
-    clock.end("eval_base")
-    del base
+    # ----- evaluation of SFT
     clock.begin("eval_sft")
     evaluate_stage(job, "sft", model, tokenizer, runtime, cache, trained=pool_ids, autocast=autocast)
     one_eval = clock.end("eval_sft")
