@@ -356,6 +356,15 @@ def test_one_treated_run_gets_no_verdict_however_far_it_falls(tmp_path):
     assert block["mean_difference_after_first"] == pytest.approx(-0.36)
 
 
+def test_a_run_stopped_before_grpo_is_named_not_averaged_as_nothing(tmp_path):
+    from envcore.training.curves import learning_curves
+
+    treated = _metrics(tmp_path / "t", [0.6, 0.4, 0.3])
+    stopped = _metrics(tmp_path / "c", [])
+    with pytest.raises(ValueError, match=r"c: no GRPO step in its metrics"):
+        learning_curves([treated], [stopped])
+
+
 def test_one_run_per_arm_gets_a_band_from_each_steps_own_episodes(tmp_path):
     """A step's mean is a sample of its episodes: with their spread and number (training.json), the
     treated-minus-control difference gets an interval per step, and only the steps whose interval

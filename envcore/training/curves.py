@@ -118,6 +118,10 @@ def rise(values: list[float]) -> float:
 def learning_curves(treated: list[str | Path], control: list[str | Path], *, metrics: tuple[str, ...] = METRICS) -> dict[str, Any]:
     """Per step and per run group, the mean over seeds with its interval; per run, its rise; and the verdict."""
     groups = {"treated": [grpo_rows(f) for f in treated], "control": [grpo_rows(f) for f in control]}
+    for name, folders in (("treated", treated), ("control", control)):
+        for folder, rows in zip(folders, groups[name]):
+            if not rows:
+                raise ValueError(f"{folder}: no GRPO step in its metrics (the job stopped before GRPO?)")
     sizes = {"treated": [episodes_per_step(f) for f in treated], "control": [episodes_per_step(f) for f in control]}
     out: dict[str, Any] = {"runs": {"treated": [str(f) for f in treated], "control": [str(f) for f in control]},
                            "metrics": {}}
