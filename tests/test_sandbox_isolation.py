@@ -513,3 +513,20 @@ def test_a_request_cannot_leave_a_trace_in_the_python_installation(sb, bundle, f
     assert results["lazy_named_import"] == {"ok": True, "value": "3"}, results["lazy_named_import"]
     report = verify(bundle, fixed, sandbox=sb)
     assert report.containment.get("no_reads_after_load") is True, report.containment
+
+
+def test_a_librarys_own_lazy_imports_work_after_the_seal(sb, bundle, fixed):
+    """The seal must not break the libraries an app may use: python-jose verifies a signature through
+    cryptography, which imports its backend on first use, and a codec is imported on its first use.
+    After the seal neither could be read, so every signed token was refused and the reference fix of
+    an external scenario failed its own legitimate use. The zygote imports such modules beforehand."""
+    attack = """
+        def sign_and_verify():
+            from jose import jwt
+            token = jwt.encode({"sub": "someone"}, "a key", algorithm="HS256")
+            return jwt.decode(token, "a key", algorithms=["HS256"])["sub"]
+        return {"jose": _attempt(sign_and_verify), "codec": _attempt(lambda: b"\\x80".decode("cp1252"))}
+    """
+    results = call_json(sb, bundle, with_route(fixed, attack, prelude=LOCKS_PRELUDE))
+    assert results["jose"] == {"ok": True, "value": "'someone'"}, results["jose"]
+    assert results["codec"] == {"ok": True, "value": "'€'"}, results["codec"]

@@ -143,15 +143,80 @@ def _imported_names(text: str) -> set[str]:
 
 
 def preload_libraries() -> list[str]:
-    """Import :data:`APP_LIBRARIES` (trusted, before the first fork); the names that are missing
-    from this installation (an app importing one gets an ``ImportError``, as it would anywhere)."""
+    """Import :data:`APP_LIBRARIES` (trusted, before the first fork), then everything a library may
+    import lazily (:func:`preload_lazy_imports`); return the names that are missing from this
+    installation (an app importing one gets an ``ImportError``, as it would anywhere)."""
     missing = []
     for name in APP_LIBRARIES:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a library that fails to import is simply not offered
             missing.append(name)
+    preload_lazy_imports()
     return missing
+
+
+_NOT_PRELOADED = ("test", "tests", "testing", "conftest", "__main__")
+"""Submodules left out of :func:`preload_lazy_imports`: a library's own tests and entry points."""
+
+
+def preload_lazy_imports() -> int:
+    """Import what the libraries an app may use import only when a feature is first used: every
+    submodule of their packages, every module their source names on an ``import`` line (inside a
+    function too: ``default_backend()`` imports ``cryptography.hazmat.backends.openssl`` on its first
+    call), and every codec of ``encodings`` (loaded on a codec's first use). Return how many modules
+    were imported.
+
+    Once its app has loaded, a worker can read nothing outside its folder (the seal, see
+    :mod:`envcore.sandbox.containment`), so a library module that was not imported by then cannot be:
+    python-jose verifying a signature failed with ``No module named
+    'cryptography.hazmat.backends.openssl'`` and every signed token was refused. Imported here, once,
+    by trusted code before the first fork, such a module is a dictionary lookup in every worker."""
+    import pkgutil
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecation notices of parts no app asked for
+        return _preload_lazy_imports(pkgutil)
+
+
+def _preload_lazy_imports(pkgutil: Any) -> int:
+    before = len(sys.modules)
+    importable = importable_modules()
+    stdlib = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+    libraries = sorted(importable - stdlib)
+
+    def quietly(name: str) -> None:
+        top = name.split(".", 1)[0]
+        if name in sys.modules or top not in importable or top in DENIED_MODULES or name in DENIED_MODULES:
+            return
+        try:
+            importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - an optional part whose own dependency is absent, as anywhere
+            pass
+
+    for top in libraries:
+        quietly(top)
+        package = sys.modules.get(top)
+        for info in pkgutil.walk_packages(getattr(package, "__path__", None) or [], f"{top}.", onerror=lambda _: None):
+            if not any(part in _NOT_PRELOADED or part.startswith("test_") for part in info.name.split(".")):
+                quietly(info.name)
+    named: set[str] = set()
+    for module in list(sys.modules.values()):
+        origin = getattr(module, "__file__", None) or ""
+        if origin.endswith(".py") and (getattr(module, "__name__", "") or "").split(".", 1)[0] in libraries:
+            try:
+                with open(origin, encoding="utf-8", errors="replace") as source:
+                    named.update(_imported_names(source.read()))
+            except OSError:
+                continue
+    for name in sorted(named):
+        quietly(name)
+    import encodings
+
+    for info in pkgutil.iter_modules(encodings.__path__, "encodings."):
+        quietly(info.name)
+    return len(sys.modules) - before
 
 
 _PRAGMAS = ("PRAGMA journal_mode=MEMORY", "PRAGMA temp_store=MEMORY")
