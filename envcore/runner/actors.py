@@ -135,6 +135,10 @@ class ActorSession:
         return HttpRequest(login.method, login.path, headers=(("content-type", "application/x-www-form-urlencoded"),),
                            body=form)
 
+    def granted(self, actor: str) -> tuple[tuple[str, str], ...]:
+        """What ``actor``'s login on this instance granted (headers), empty before or after a failed one."""
+        return self._granted.get(actor, ())
+
     def record_login(self, actor: str, response: HttpResponse) -> str | None:
         """Take the reply to ``actor``'s login; return why it failed, or ``None`` when it granted a
         token or cookies."""

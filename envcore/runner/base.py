@@ -13,9 +13,10 @@ An app that fails to load (syntax error, import error, startup crash) is an ordi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from envcore.runner.actors import Actors
+from envcore.runner.http import HttpRequest, HttpResponse
 from envcore.scenario.probes import Probe, ProbeOutcome
 
 
@@ -56,25 +57,41 @@ class RunReport:
         return None
 
 
+class Front(Protocol):
+    """A front door with a memory, one per app instance: it may answer a request itself (the
+    request then never reaches the app) and sees every answer the app gives."""
+
+    def answer(self, request: HttpRequest) -> HttpResponse | None: ...
+
+    def observe(self, request: HttpRequest, response: HttpResponse) -> None: ...
+
+
 @dataclass(frozen=True)
 class Gate:
     """A declarative front door put before the app for one batch: requests whose path matches one
     of ``path_patterns`` (regexes; ``None`` means every path) are answered with ``status`` and never
     reach the app. The scenario check models lazy fixes (deny all, deny or delete the vulnerable
-    routes) as gates so that they can share one loaded app."""
+    routes) as gates so that they can share one loaded app.
+
+    With ``front`` (a factory) the door decides request by request instead: every app instance
+    gets a fresh :class:`Front` (the scenario check's canaries, :mod:`envcore.factory.canaries`), and
+    ``status`` and ``path_patterns`` are not used."""
 
     status: int
     path_patterns: tuple[str, ...] | None = None
     label: str = ""
+    front: Callable[[], Front] | None = None
 
 
 @dataclass(frozen=True)
 class Batch:
-    """Probes to run, in order, against a freshly loaded copy of the app."""
+    """Probes to run, in order, against a freshly loaded copy of the app; with ``isolate`` each
+    probe gets an instance of its own, as in grading, whatever the runner does by default."""
 
     probes: tuple[Probe, ...]
     gate: Gate | None = None
     stop_on_failure: bool = False
+    isolate: bool = False
 
 
 class ProbeRunner(Protocol):

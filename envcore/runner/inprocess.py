@@ -411,11 +411,12 @@ class InProcessRunner:
             for i, batch in enumerate(batches):
                 t0 = time.perf_counter()
                 outcomes, sent, stopped = [], 0, False
-                units = [Batch((probe,), batch.gate) for probe in batch.probes] if self.isolate_probes else [batch]
+                isolate = self.isolate_probes or batch.isolate
+                units = [Batch((probe,), batch.gate) for probe in batch.probes] if isolate else [batch]
                 for j, unit in enumerate(units):
                     last = i == len(batches) - 1 and j == len(units) - 1
                     result = None
-                    if batch.gate is not None:
+                    if batch.gate is not None and batch.gate.front is None:
                         # With the gate closed nothing reaches the app: no state can change, no fork
                         # is needed. (A lazy-fix batch usually fails on its first probe, at the gate.)
                         try:
@@ -482,11 +483,19 @@ class InProcessRunner:
 
     async def _session(self, app: Any, batch: Batch, actors: Actors, *, closed_gate: bool = False):
         target = app
-        if batch.gate is not None:
+        front = batch.gate.front() if batch.gate is not None and batch.gate.front is not None else None
+        if batch.gate is not None and front is None:
             target = gate_app(app, batch.gate.status, batch.gate.path_patterns, closed=closed_gate)
 
         async def send(request: HttpRequest) -> HttpResponse:
-            return await call_asgi(target, request)
+            if front is None:
+                return await call_asgi(target, request)
+            answer = front.answer(request)
+            if answer is not None:
+                return answer
+            response = await call_asgi(target, request)
+            front.observe(request, response)
+            return response
 
         return await run_probes(send, batch.probes, actors, stop_on_failure=batch.stop_on_failure,
                                 app_root=str(self._root / "app-root"))

@@ -85,8 +85,9 @@ def run_sandboxed(
     limits = sandbox.limits
     started = time.perf_counter()
     budget_s = limits.verify_timeout_s + limits.probe_allowance_s * len(probes)
-    blocks = _gate_matcher(gate) if gate is not None else (lambda request: None)
-    run = _Run(sandbox, source, actors, blocks, deadline=time.monotonic() + budget_s)
+    blocks = _gate_matcher(gate) if gate is not None and gate.front is None else (lambda request: None)
+    run = _Run(sandbox, source, actors, blocks, deadline=time.monotonic() + budget_s,
+               front=gate.front if gate is not None else None)
     sandbox.run_started()
     if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, blocks) > 1:
         run.template = sandbox.templates.acquire(base, again=base_again)  # one import for the whole run instead of one per probe
@@ -162,8 +163,10 @@ class _Run:
     neither their order nor their overlap can change an answer."""
 
     def __init__(self, sandbox: Sandbox, source: AppSource, actors: Actors, blocks, *,
-                 deadline: float) -> None:
+                 deadline: float, front=None) -> None:
         self.sandbox, self.source, self.actors, self.blocks = sandbox, source, actors, blocks
+        self.front = front
+        """A :class:`~envcore.runner.base.Front` factory: each worker (one probe) gets a fresh one."""
         self.deadline = deadline
         self.template = None
         self.plan = None
@@ -208,7 +211,8 @@ class _Run:
         exchange = ProbeExchange(probe.steps, self.actors, worker.workspace, preset=answers,
                                  gate=self.blocks)
         with worker:
-            asked, gone = _serve_probe(worker, exchange, self.deadline, limits.request_timeout_s)
+            asked, gone = _serve_probe(worker, exchange, self.deadline, limits.request_timeout_s,
+                                       self.front() if self.front is not None else None)
         answers = list(exchange.answers)
         with self._lock:
             self.sent += asked
@@ -267,19 +271,27 @@ def _needs_app(probes: Sequence[Probe], blocks) -> int:
     return sum(1 for probe in probes if any(blocks(_as_written(step)) is None for step in probe.steps))
 
 
-def _serve_probe(worker: Worker, exchange: ProbeExchange, deadline: float, request_timeout_s: float) -> tuple[int, int]:
+def _serve_probe(worker: Worker, exchange: ProbeExchange, deadline: float, request_timeout_s: float,
+                 front=None) -> tuple[int, int]:
     """Send one probe's requests that the gate let through (its actors' logins included), in order,
-    one at a time, answering ``exchange``. Returns (requests sent, 1 if the worker crashed or hung:
-    the rest of the probe then fails)."""
+    one at a time, answering ``exchange`` (a ``front`` may answer a request itself, and sees every
+    answer the app gives). Returns (requests sent, 1 if the worker crashed or hung: the rest of the
+    probe then fails)."""
     asked = 0
     while (request := exchange.next_request()) is not None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise _Timeout
+        if front is not None and (answer := front.answer(request)) is not None:
+            exchange.answer(answer)
+            continue
         asked += 1
         try:
             # One request at a time: a worker never holds a request it has not been asked yet.
-            exchange.answer(worker.request(request, min(request_timeout_s, left)))
+            response = worker.request(request, min(request_timeout_s, left))
+            if front is not None:
+                front.observe(request, response)
+            exchange.answer(response)
         except WorkerGone as exc:
             if time.monotonic() >= deadline:
                 raise _Timeout from None
