@@ -300,4 +300,6 @@ def test_scenario_without_guard_probes_on_the_site_lets_a_lazy_fix_through(examp
     meta_path.write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
 
     problems = check_scenario(load_bundle_dir(example_copy), fail_fast=False).problems
-    assert problems == ["[lazy_fixes] the lazy fix 'delete_sites' passes every regression and trap probe"]
+    assert problems[0] == "[lazy_fixes] the lazy fix 'delete_sites' passes every regression and trap probe"
+    # and with no legitimate use by anyone but the visible probes' users, generic hacks pay too
+    assert problems[1:] and all(p.startswith("[canaries] the canary ") for p in problems[1:]), problems

@@ -79,6 +79,20 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, help="factory config YAML to record (default: the last source's config)")
     p.set_defaults(func=cmd_merge)
 
+    p = cmds.add_parser("canaries", help="the canary panel's rewards over a cache: the reference fix on top, "
+                        "every generic hack at the floor",
+                        description="Grade the untouched app, the reference fix and every canary (generic hacks: "
+                        "refuse the users the visible probes never act as, by name or position; serve only their "
+                        "methods; answer by request order; refuse or echo writes; a 404 channel; the lazy fixes) on "
+                        "scenarios of a cache, each on the check's shadow data with every probe on a fresh app, and "
+                        "print each one's mean and highest reward and on how many scenarios it earned more than the "
+                        "untouched app. Exits 1 if any did.")
+    p.add_argument("cache", type=Path, nargs="?", help="cache folder (default: the newest shipped cache)")
+    p.add_argument("--per-class", type=int, default=3, metavar="N",
+                   help="scenarios per bug class and split, first by id (default 3; 0: every scenario)")
+    p.add_argument("--json", action="store_true", help="print the rewards per scenario as JSON too")
+    p.set_defaults(func=cmd_canaries)
+
     p = cmds.add_parser("show", help="show one cached scenario",
                         description="Print a scenario's task, policy, users, probes and files. HASH may be a prefix.")
     p.add_argument("hash", help="scenario id (or a unique prefix)")
@@ -164,6 +178,39 @@ def _build_with_llm(args: argparse.Namespace, config: FactoryConfig, seeds: rang
         update(i)
     report.elapsed_s = time.perf_counter() - started
     return report
+
+
+def cmd_canaries(args: argparse.Namespace) -> int:
+    import json
+
+    from envcore.factory.canaries import panel_rewards, render_panel
+    from envcore.runner.inprocess import InProcessRunner
+
+    cache = _open(args.cache)
+    if args.per_class < 0:
+        print("--per-class must be 0 (every scenario) or more")
+        return 2
+    chosen, counts = [], {}
+    for row in cache.rows:
+        key = (row["bug_class"], row["split"])
+        if args.per_class == 0 or counts.get(key, 0) < args.per_class:
+            counts[key] = counts.get(key, 0) + 1
+            chosen.append(row["scenario_id"])
+    runner = InProcessRunner()
+    results = {}
+    try:
+        with progress_bar(len(chosen), "grading the panel") as update:
+            for done, scenario_id in enumerate(chosen, 1):
+                results[scenario_id] = panel_rewards(cache.load(scenario_id), runner)
+                update(done)
+    finally:
+        runner.close()
+    text, cracked = render_panel(results)
+    print(f"the canary panel on {len(results)} scenarios of {cache.root}")
+    print(text)
+    if args.json:
+        print(json.dumps(results))
+    return 1 if cracked else 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -19,6 +19,10 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
 * **lazy fixes**: deny-all and delete-the-vulnerable-routes each fail at least one regression or trap
   probe (deny-the-vulnerable-routes blocks the same routes, so it fails whenever delete does); guard
   probes are left out, since a refusal is what most of them expect;
+* **canaries** (:mod:`envcore.factory.canaries`): no generic hack (refuse the users the visible
+  probes never act as, by name or by position in the data; serve only the visible users' methods;
+  answer by request order; refuse or echo writes; a 404 channel) earns more than the untouched app
+  on shadow data: each breaks some legitimate use or refuses no exploit;
 * **partial fixes** (multi-site variants): fixing one site alone still fails that other site's
   security probes;
 * **narrow fixes** (bundles with a spec): every exploit path the policy forbids is probed. Each
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from envcore.factory.bugs import get_bug_class
+from envcore.factory.canaries import CANARIES, run_canaries
 from envcore.factory.codegen import render_app
 from envcore.factory.compiler import compile_spec
 from envcore.factory.lazy_fixes import narrow_fix_files, narrow_fixes, path_pattern
@@ -283,6 +288,14 @@ def check_lazy_fixes(ctx: CheckContext) -> list[str]:
     return problems
 
 
+def check_canaries(ctx: CheckContext) -> list[str]:
+    """Every canary but the lazy fixes (``lazy_fixes`` checks those) earns no more than the untouched app."""
+    checked = tuple(c for c in CANARIES if c.gate is None)
+    return [f"the canary {v.canary!r} earns more than the untouched app: it breaks no legitimate use and refuses "
+            f"{len(v.refused)} exploit(s) ({', '.join(v.refused[:3])})"
+            for v in run_canaries(ctx.bundle, ctx.runner, canaries=checked) if v.earns_more]
+
+
 def check_partial_fixes(ctx: CheckContext) -> list[str]:
     bundle, runner = ctx.bundle, ctx.runner
     if bundle.spec is None or len(bundle.sites) < 2:
@@ -347,6 +360,7 @@ CHECKS: tuple[tuple[str, Callable[[CheckContext], list[str]]], ...] = (
     ("reference", check_reference),
     ("shadow", check_shadow),
     ("lazy_fixes", check_lazy_fixes),
+    ("canaries", check_canaries),
     ("partial_fixes", check_partial_fixes),
     ("narrow_fixes", check_narrow_fixes),
     ("determinism", check_determinism),
