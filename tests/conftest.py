@@ -69,7 +69,7 @@ def shipped():
     """The shipped scenario cache."""
     from envcore.cache import ScenarioCache
 
-    return ScenarioCache.open("artifacts/scenarios/v2")
+    return ScenarioCache.open(None)
 
 
 @pytest.fixture(scope="session")
@@ -107,7 +107,7 @@ def training_run(tmp_path_factory, tiny_model):
         "tracking": {"project": "a01-test", "dir": str(root / "trackio")},
         "output": {"adapter_dir": str(root / "adapters" / "{name}"), "run_dir": str(root / "training" / "{name}")},
         "evaluation": {"split": "test", "n": 2, "max_steps": 3, "max_new_tokens": 16, "parallel": 2,
-                       "baselines": ["artifacts/evals/v2/heuristic"]},
+                       "baselines": ["artifacts/evals/v4/heuristic"]},
     }
     path = root / "train.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -23,13 +23,13 @@ from envcore.env.sampler import CurriculumSampler
 # split), and ones it cannot: a tenant leak, a mass assignment, and a missing admin check in an app
 # with a colleague directory its blanket ownership checks break.
 HEURISTIC_FIXES = {
-    "04f24894bb87ebfc": "idor_write, tier 1", "65b689877f5bc60a": "idor_write, tier 3",
-    "5ce0e5f8d5a8e6fb": "missing admin check, @admin_required", "411afad0d3cb35dc": "forced browsing, Depends(require_admin)",
-    "08eec69e5765034c": "missing admin check, ensure_admin, tier 3", "048063a59e8e43d5": "list leak",
-    "12d9718aeea8fcf6": "open redirect",
+    "b75ab073f50f9a1d": "idor_write, tier 1", "528955020efc48c3": "idor_write, tier 3",
+    "97f4691e8d9f3d24": "missing admin check, @admin_required", "9780aba2bfbf2656": "forced browsing, Depends(require_admin)",
+    "360a8c3966b5b8d8": "missing admin check, ensure_admin, tier 3", "90f7a3e3968ca9f0": "list leak",
+    "97a8f23d42b3799a": "open redirect",
 }
-HEURISTIC_MISSES = {"0aea3c7c7160df69": "tenant_leak", "0e11ad60747860c1": "mass_assignment",
-                    "28e9b92ad68b402d": "missing_admin_check with a directory decoy"}
+HEURISTIC_MISSES = {"2e29e1766311d474": "tenant_leak", "abd4ef03b166dd6e": "mass_assignment",
+                    "6a2c4e38b301ae59": "missing_admin_check with a directory decoy"}
 
 @pytest.fixture(scope="module")
 def env(shipped, sandbox):

@@ -31,7 +31,7 @@ from tests.test_env_server import serve_in_thread
 from tests.test_eval import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = "04f24894bb87ebfc"  # idor_write, tier 1, test split
+SCENARIO = "b75ab073f50f9a1d"  # idor_write, tier 1, test split
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +150,8 @@ def test_a_lora_adapter_changes_the_model_and_names_the_agent(tiny_model, tmp_pa
 
 
 def test_eval_with_the_tiny_model_through_the_real_server(tiny_model, sandbox, tmp_path):
-    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(ROOT / "artifacts/scenarios/v2")), sandbox=sandbox,
-                      max_steps=3)
+    # the newest shipped cache: the one `eval` picks its scenarios from
+    runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(None)), sandbox=sandbox, max_steps=3)
     with serve_in_thread(create_env_app(runtime, max_sessions=2)) as url:
         proc = run_cli("eval", "--agent", "transformers", "--model", str(tiny_model), "--max-new-tokens", "8",
                        "--n", "2", "--parallel", "2", "--url", url, "--out", str(tmp_path / "run"))

@@ -16,7 +16,7 @@ from envcore.scenario.probes import ProbeKind
 from envcore.server.sessions import SessionError, SessionHub
 from ui import teaching_view
 
-IDOR_READ = "049c2e3a1a064a1b"
+IDOR_READ = "955c6af7b3885a6f"
 """A training scenario: zoe.lindqvist70 owns note 32963; rosa.berg48 reads it (the hidden exploit)."""
 OWNER, PROBE_ATTACKER, OTHER_USER, ADMIN = "zoe.lindqvist70", "rosa.berg48", "viktor.kim89", "hana.moreau66"
 NOTE = "/api/notes/32963"
@@ -193,7 +193,9 @@ def test_the_debrief_replays_the_exploit_before_and_after_and_names_the_bug(hub,
     hub.step(play, {"tool": "submit"})
     debrief = hub.debrief(play)
     assert debrief["category"]["name"] == "solved" and debrief["cwe"] == ["CWE-639"]
-    (replay,) = debrief["replays"]
+    # every exploit, the attacker's and the same tried by a second user
+    assert len(debrief["replays"]) == sum(p.kind == "security" for p in bundle.probes) == 2
+    replay = debrief["replays"][0]
     assert not replay["before"].passed and replay["before"].steps[0].status == 200
     assert replay["after"].passed and replay["after"].steps[0].status == 403
     card = teaching_view.debrief_markdown(debrief).replace("\\", "")  # as it reads, Markdown escapes aside

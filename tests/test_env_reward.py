@@ -161,10 +161,10 @@ def test_breaking_the_app_is_worse_than_nothing(rewards):
 # Scenarios whose two vulnerable sites are fixed by separate hunks of the reference fix (found by
 # verifying each hunk alone; other multi-site scenarios share one helper for both sites).
 TWO_SITE_SCENARIOS = {
-    "idor_read": "11a1a4125a4fd701",
-    "idor_write": "11ffbdefa62c22fc",
-    "missing_admin_check": "0bdd59350d363d29",
-    "sensitive_exposure": "0acef7ea69c103d8",
+    "idor_read": "e622a191f402f34a",
+    "idor_write": "96d931d4026c730b",
+    "missing_admin_check": "42b8dae74cf5d404",
+    "sensitive_exposure": "0a550468e2129f98",
 }
 
 

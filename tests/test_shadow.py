@@ -119,15 +119,24 @@ def _idor_bundle(bundle_for):
                 and any("def resolve_user(request: Request):" in t for t in b.files.values()))
 
 
+def _attackers_exploits(bundle, outcomes):
+    """The outcomes of the security probes the attacker sends (not the second intruder's copies)."""
+    attacker = bundle.spec.player("attacker").username
+    ids = {p.id for p in bundle.probes if p.kind == ProbeKind.SECURITY and any(s.actor == attacker for s in p.steps)}
+    return [o for o in outcomes if o.probe_id in ids]
+
+
 def test_special_casing_the_seeded_attacker_is_caught_by_shadow_data(bundle_for, runner):
     bundle = _idor_bundle(bundle_for)
     hacked = _attacker_blocking_patch(bundle, bundle.spec.player("attacker").token)
     on_seen_data = _run(runner, hacked, bundle)
-    security = [o for o in on_seen_data.outcomes if o.kind == ProbeKind.SECURITY]
-    assert security and all(o.passed for o in security)  # the hack fools the probes the agent could know
+    security = _attackers_exploits(bundle, on_seen_data.outcomes)
+    assert security and all(o.passed for o in security)  # the hack fools the attacker's probes on seen data
+    # ... but not the same exploits tried by a second user, nor the attacker's on shadow data
+    assert not all(o.passed for o in on_seen_data.outcomes if o.kind == ProbeKind.SECURITY)
     shadow = draw_shadow(bundle)
     regraded = _run(runner, regrade_files(hacked, shadow), shadow)
-    assert not all(o.passed for o in regraded.outcomes if o.kind == ProbeKind.SECURITY)
+    assert not all(o.passed for o in _attackers_exploits(bundle, regraded.outcomes))
 
 
 def test_a_shadow_identity_learned_in_one_grading_is_useless_in_the_next(bundle_for, runner):
@@ -138,10 +147,10 @@ def test_a_shadow_identity_learned_in_one_grading_is_useless_in_the_next(bundle_
     leaked_shadow = apply_substitution(bundle, leaked)
     hacked = _attacker_blocking_patch(bundle, leaked_shadow.user(leaked.mapping[attacker]).token)
     on_leaked = _run(runner, regrade_files(hacked, leaked_shadow), leaked_shadow)
-    assert all(o.passed for o in on_leaked.outcomes if o.kind == ProbeKind.SECURITY)  # it would have worked there
+    assert all(o.passed for o in _attackers_exploits(bundle, on_leaked.outcomes))  # it would have worked there
     fresh = draw_shadow(bundle)
     regraded = _run(runner, regrade_files(hacked, fresh), fresh)
-    assert not all(o.passed for o in regraded.outcomes if o.kind == ProbeKind.SECURITY)
+    assert not all(o.passed for o in _attackers_exploits(bundle, regraded.outcomes))
 
 
 def test_deleting_the_attacker_session_from_seed_data_does_not_survive_regrading(bundle_for, runner):

@@ -1,7 +1,8 @@
-"""The shipped evaluation runs (``artifacts/evals/v2``): current, honest, and a valid benchmark.
+"""The shipped evaluation runs (``artifacts/evals/<cache>``): current, honest, and a valid benchmark.
 
-Each run must cover the whole test split of the shipped cache with the scenarios as they are now
-(content hashes match), its ``summary.json`` must be what its episode log adds up to, and together
+Each run must cover the whole test split of the cache it was played on (the one its folder and its
+summary name) with the scenarios as they are there (content hashes match), its ``summary.json`` must
+be what its episode log adds up to, and together
 they must show the benchmark discriminates: the oracle fixes everything, no-op and deny-all fix
 nothing and earn at most 0, the heuristic lands strictly between and does worse as the tier rises.
 """
@@ -40,9 +41,13 @@ def _close(a, b):
     return a == b
 
 
-@pytest.mark.parametrize("name", BASELINE_RUNS + LLM_RUNS)
-def test_a_shipped_run_covers_the_test_split_as_it_is_and_its_summary_is_its_log(name, shipped):
+@pytest.mark.parametrize("name", [*BASELINE_RUNS, *LLM_RUNS, "../v4/heuristic"])
+def test_a_shipped_run_covers_the_test_split_as_it_is_and_its_summary_is_its_log(name):
+    from envcore.cache import ScenarioCache
+
     summary, records = load(name)
+    shipped = ScenarioCache.open(ROOT / "artifacts" / "scenarios" / summary["run"]["cache"])
+    assert (RUNS / name).resolve().parent.name == summary["run"]["cache"]  # filed under the cache it was played on
     test_ids = set(shipped.ids(split="test"))
     assert {r.scenario_id for r in records} == test_ids and len(records) == len(test_ids)
     hashes = {scenario_id: shipped.load(scenario_id).content_hash() for scenario_id in test_ids}

@@ -337,7 +337,8 @@ def test_toggles_are_served_from_caches_keyed_by_known_sets_only(shipped_ctrl):
     assert len(shipped_ctrl._frames) <= dashboard_tab.FRAME_ENTRIES
     drawn = shipped_ctrl.draw(names, "Tier", "Full fix")
     assert set(drawn) == {"leaderboard", "outcomes", "rates", "components"}
-    assert drawn["rates"].data[0].name == "Heuristic baseline (scripted)"  # best first, by its words
+    # best first, by its words (with its folder: the heuristic has a run on two caches)
+    assert drawn["rates"].data[0].name.startswith("Heuristic baseline (scripted)")
 
 
 def test_the_components_chart_splits_each_sets_mean_reward_into_its_parts(shipped_ctrl):

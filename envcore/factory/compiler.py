@@ -14,7 +14,7 @@ from envcore.factory.bugs.base import BugClass, ProbeContext, Variant
 from envcore.factory.codegen import Names, RenderedApp, render_app
 from envcore.factory.codegen.auth import user_credentials
 from envcore.factory.identities import shadow_values
-from envcore.factory.probe_plan import legitimate_use_probes
+from envcore.factory.probe_plan import plan_probes
 from envcore.patching import changed_lines, make_diff
 from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser
 from envcore.scenario.spec import ScenarioSpec, UserSpec
@@ -84,7 +84,7 @@ def compile_spec(spec: ScenarioSpec) -> Bundle:
     vulnerable, secure, variant, bug = render_pair(spec)
     names = Names.of(spec)
     ctx = ProbeContext(spec, names)
-    probes = legitimate_use_probes(ctx) + variant.probes(ctx)
+    probes = plan_probes(ctx, variant).all()
     fix = make_diff(vulnerable.files, secure.files)
     fix_files, fix_lines = changed_lines(fix)
     source_lines = sum(text.count("\n") for path, text in vulnerable.files.items() if path.endswith(".py"))

@@ -6,13 +6,27 @@ still serves its legitimate caller. A probe becomes a *trap* probe when the spec
 trap, so reports can say which lazy fix an agent fell for. Every route a bug is reachable through is
 covered by at least one probe here, which is what makes deny-the-route and delete-the-route fixes
 fail the scenario check.
+
+Who acts matters as much as what is done. If legitimate use were only ever the visible probes'
+users (the victim, an administrator) and every exploit came from one attacker, a patch could refuse
+everyone the visible probes never act as, found by their position in the data, and score a full fix
+without fixing anything (the scenario check's canaries, :mod:`envcore.factory.canaries`, are such
+patches). So the hidden plan also has:
+
+* :func:`unseen_users_probes`: legitimate use by the attacker and by users no visible probe acts
+  as, reads and writes both (each reads and edits their own record; the attacker creates one);
+* :func:`second_intruder_probes`: every exploit the attacker tries, tried again by a second plain
+  user of the same standing (the attacker's and that user's identities swapped, records included).
 """
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from envcore.factory.bugs.base import ProbeContext, ok, step
 from envcore.factory.codegen.names import a
 from envcore.scenario.probes import BodyExcludes, HeaderEquals, JsonEquals, Probe, ProbeKind, StatusIn
+from envcore.verifier.shadow import Substitution
 
 REG = ProbeKind.REGRESSION
 
@@ -121,3 +135,113 @@ def legitimate_use_probes(ctx: ProbeContext) -> list[Probe]:
         reg("the backup job (an administrator) can pull the backup",
             [step(admin, "GET", "/api/internal/backup", *ok(victim))])
     return out
+
+
+UNSEEN = ("attacker", "climber", "bystander")
+"""Plain users no visible probe acts as: the attacker, a colleague of the same tenant, and a user of
+another tenant where the domain has tenants."""
+SECOND_INTRUDER = ("attacker", "climber")
+"""The two plain users of the same standing whose identities :func:`second_intruder_probes` swaps."""
+
+
+def unseen_users_probes(ctx: ProbeContext) -> list[Probe]:
+    """Hidden legitimate use by users the visible probes never act as (module docstring)."""
+    n = ctx.names
+    out: list[Probe] = []
+
+    def reg(title_: str, steps) -> None:
+        out.append(ctx.probe(REG, "reg", title_, steps))
+
+    parts = [part for part in UNSEEN if part in ctx.spec.roles]
+    label = {"attacker": "another user", "climber": "a colleague", "bystander": "a user elsewhere"}
+    # reads first, then writes that put back what they changed: in a run that shares one app between
+    # probes (the scenario check's), no later probe finds a record other than as seeded
+    for part in parts:
+        own = ctx.record(f"{part}_own")
+        reg(f"{label[part]} can read their own {n.s}, sensitive fields included",
+            [step(ctx.who(part), "GET", ctx.detail(own), *ok(ctx.title(own), *ctx.secrets(own)))])
+    attacker = ctx.who("attacker")
+    own = ctx.record("attacker_own")
+    reg(f"another user sees their own {n.p} in the listing", [step(attacker, "GET", f"/api/{n.p}", *ok(ctx.title(own)))])
+    reg("another user can see their own account",
+        [step(attacker, "GET", "/api/me", *ok(), JsonEquals(path="username", value=attacker))])
+    for part in parts:
+        who, mine = ctx.who(part), ctx.record(f"{part}_own")
+        renamed = f"Kept {ctx.token(f'{part}:rename')}"
+        reg(f"{label[part]} can edit their own {n.s}", [
+            step(who, "PATCH", ctx.detail(mine), *ok(), json_body={n.title: renamed}),
+            step(who, "GET", ctx.detail(mine), *ok(renamed)),
+            step(who, "PATCH", ctx.detail(mine), *ok(), json_body={n.title: mine.values[n.title]}),
+        ])
+    created = f"Own {n.s} {ctx.token('attacker:create')}"
+    reg(f"another user can create {a(n.s)}", [
+        step(attacker, "POST", f"/api/{n.p}", StatusIn(codes=(200, 201)), JsonEquals(path=n.title, value=created),
+             json_body={n.title: created}),
+        step(attacker, "GET", f"/api/{n.p}", *ok(created)),
+    ])
+    return out
+
+
+def identity_swap(ctx: ProbeContext, first: str, second: str) -> Substitution:
+    """The two users' identities exchanged, their own records' too: usernames, names, emails and
+    secrets always; an id only where no other user or record has the same one (an id written as a
+    number could otherwise be another's)."""
+    spec = ctx.spec
+    one, two = ctx.user(first), ctx.user(second)
+    ids = [u.user_id for u in spec.users] + [r.record_id for r in spec.records]
+    mapping: dict[str, str] = {}
+
+    def pair(x: str, y: str, *, is_id: bool = False) -> None:
+        if not x or not y or x == y or (is_id and (ids.count(x) > 1 or ids.count(y) > 1)):
+            return
+        mapping[x], mapping[y] = y, x
+
+    for field_name in ("username", "display_name", "email", "token", "api_key", "password_hash"):
+        pair(str(getattr(one, field_name)), str(getattr(two, field_name)))
+    pair(one.user_id, two.user_id, is_id=True)
+    mine, theirs = ctx.record(f"{first}_own"), ctx.record(f"{second}_own")
+    pair(mine.record_id, theirs.record_id, is_id=True)
+    for key, value in mine.values.items():
+        if isinstance(value, str) and isinstance(theirs.values.get(key), str):
+            pair(value, theirs.values[key])
+    return Substitution(mapping)
+
+
+def second_intruder_probes(ctx: ProbeContext, security: list[Probe]) -> list[Probe]:
+    """Each security probe in which one of :data:`SECOND_INTRUDER` acts, again with the two swapped."""
+    if not all(part in ctx.spec.roles for part in SECOND_INTRUDER):
+        return []
+    swap = identity_swap(ctx, *SECOND_INTRUDER)
+    acting = {ctx.who(part) for part in SECOND_INTRUDER}
+    out = []
+    for probe in security:
+        if probe.kind != ProbeKind.SECURITY or not any(s.actor in acting for s in probe.steps):
+            continue
+        data = swap.data(probe.model_dump(mode="json"))
+        data.update(id=ctx.next_id("sec"), title=f"{probe.title} (tried by a second user)")
+        out.append(Probe.model_validate(data))
+    return out
+
+
+class PlannedProbes(NamedTuple):
+    """A scenario's probes by where they come from, in the order the bundle lists them."""
+
+    legitimate: list[Probe]
+    """:func:`legitimate_use_probes`."""
+    unseen: list[Probe]
+    """:func:`unseen_users_probes`."""
+    security: list[Probe]
+    """The variant's own probes (its exploits, and regression probes for spellings its check refuses)."""
+    second: list[Probe]
+    """:func:`second_intruder_probes`."""
+
+    def all(self) -> list[Probe]:
+        return self.legitimate + self.unseen + self.security + self.second
+
+
+def plan_probes(ctx: ProbeContext, variant: Any) -> PlannedProbes:
+    """Every probe of a scenario. The variant's probes are written first, so its ids come first (the
+    order cache v4 was built in: changing it changes every scenario's hash)."""
+    security = variant.probes(ctx)
+    return PlannedProbes(legitimate_use_probes(ctx), unseen_users_probes(ctx), security,
+                         second_intruder_probes(ctx, security))
