@@ -117,6 +117,9 @@ def _unseen(seen: Seen, k: Knowledge) -> bool:
 
 @dataclass(frozen=True)
 class Canary:
+    """One generic hack: its name (as the panel and ``openenv.yaml`` list it), what it does, and how:
+    a decision per request, or a lazy fix's gate."""
+
     name: str
     description: str
     decide: Decide | None = None

@@ -190,10 +190,17 @@ def _preload_lazy_imports(pkgutil: Any) -> int:
         top = name.split(".", 1)[0]
         if name in sys.modules or top not in importable or top in DENIED_MODULES or name in DENIED_MODULES:
             return
+        loaded = set(sys.modules)
         try:
             importlib.import_module(name)
         except BaseException:  # noqa: BLE001 - an optional part whose own dependency is absent, as anywhere
             pass
+        # a part that pulls in a module an app may not import (ctypes, subprocess...) is left unloaded:
+        # in memory, that module would be the app's for the asking, past the import refusal
+        new = set(sys.modules) - loaded
+        if any(m in DENIED_MODULES or m.split(".", 1)[0] in DENIED_MODULES for m in new):
+            for module in new:
+                sys.modules.pop(module, None)
 
     for top in libraries:
         quietly(top)
