@@ -13,7 +13,8 @@ from envcore.patching import apply_patch
 
 @pytest.fixture(scope="module")
 def bundle(shipped):
-    return shipped.load(shipped.ids()[0])
+    # the first scenario in the compact single-module layout (these tests read app/main.py)
+    return next(b for b in shipped if "app/main.py" in b.files)
 
 
 @pytest.fixture

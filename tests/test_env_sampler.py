@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from envcore.cache import BUNDLES, MANIFEST, ScenarioCache
+from envcore.cache import BUNDLES, MANIFEST, ScenarioCache, latest_version
 from envcore.env.sampler import DEFAULT_SPLIT, CurriculumSampler, NoScenario, SamplingWeights
 
-SHIPPED = Path("artifacts/scenarios/v2")
+SHIPPED = latest_version()  # the newest shipped cache, as the `shipped` fixture
 SEEDS = range(200)
 
 
