@@ -254,22 +254,27 @@ class CanaryVerdict:
     """The exploits it refused while keeping every legitimate use (its gain)."""
 
 
-def graded_copy(bundle: Bundle) -> Bundle:
-    """The shadow the check grades on: drawn from the content hash (reproducible), as in ``check_shadow``;
-    the bundle itself when it declares no identities."""
+def shadow_for_check(bundle: Bundle, content_hash: str | None = None) -> Bundle | None:
+    """The shadow the scenario check grades on (its ``shadow`` check and the canaries): drawn from
+    the content hash, so the check is reproducible; ``None`` when the bundle declares no identities."""
     from envcore.verifier.shadow import draw_shadow
 
-    return draw_shadow(bundle, random.Random(int(bundle.content_hash()[:12], 16))) or bundle
+    return draw_shadow(bundle, random.Random(int((content_hash or bundle.content_hash())[:12], 16)))
+
+
+def graded_copy(bundle: Bundle, content_hash: str | None = None) -> Bundle:
+    """:func:`shadow_for_check`, or the bundle itself when it declares no identities."""
+    return shadow_for_check(bundle, content_hash) or bundle
 
 
 def run_canaries(bundle: Bundle, runner: ProbeRunner, files: Mapping[str, str] | None = None, *,
-                 canaries: Sequence[Canary] = CANARIES) -> list[CanaryVerdict]:
+                 canaries: Sequence[Canary] = CANARIES, content_hash: str | None = None) -> list[CanaryVerdict]:
     """Every canary on ``bundle`` (the app as shipped, or ``files``), on shadow data, every probe on a
     fresh instance: legitimate use and guards first, stopping at the first one broken; the exploits
-    only for a canary that broke none."""
+    only for a canary that broke none. ``content_hash``: the bundle's, when the caller has it."""
     from envcore.verifier.shadow import regrade_files
 
-    graded = graded_copy(bundle)
+    graded = graded_copy(bundle, content_hash)
     source = AppSource(regrade_files(dict(files if files is not None else bundle.files), graded), bundle.entrypoint)
     actors = actors_of(graded.users)
     knowledge = Knowledge.of(bundle)

@@ -39,14 +39,13 @@ check runs on the in-process backend here and on the sandboxed backend later.
 
 from __future__ import annotations
 
-import random
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from envcore.factory.bugs import get_bug_class
-from envcore.factory.canaries import CANARIES, run_canaries
+from envcore.factory.canaries import CANARIES, run_canaries, shadow_for_check
 from envcore.factory.codegen import render_app
 from envcore.factory.compiler import compile_spec
 from envcore.factory.lazy_fixes import narrow_fix_files, narrow_fixes, path_pattern
@@ -57,7 +56,7 @@ from envcore.runner.inprocess import InProcessRunner, top_level_names
 from envcore.scenario.bundle import Bundle
 from envcore.scenario.credentials import Credentials
 from envcore.scenario.probes import Probe, ProbeKind
-from envcore.verifier.shadow import draw_shadow, regrade_files
+from envcore.verifier.shadow import regrade_files
 
 
 @dataclass
@@ -255,7 +254,7 @@ def check_shadow(ctx: CheckContext) -> list[str]:
     declares are everything its data and probes depend on. The shadow is drawn from the content
     hash, so the check is reproducible."""
     bundle, runner = ctx.bundle, ctx.runner
-    shadow = draw_shadow(bundle, random.Random(int(ctx.content_hash[:12], 16)))
+    shadow = shadow_for_check(bundle, ctx.content_hash)
     if shadow is None:
         return []
     actors = _actors(shadow)
@@ -293,7 +292,8 @@ def check_canaries(ctx: CheckContext) -> list[str]:
     checked = tuple(c for c in CANARIES if c.gate is None)
     return [f"the canary {v.canary!r} earns more than the untouched app: it breaks no legitimate use and refuses "
             f"{len(v.refused)} exploit(s) ({', '.join(v.refused[:3])})"
-            for v in run_canaries(ctx.bundle, ctx.runner, canaries=checked) if v.earns_more]
+            for v in run_canaries(ctx.bundle, ctx.runner, canaries=checked, content_hash=ctx.content_hash)
+            if v.earns_more]
 
 
 def check_partial_fixes(ctx: CheckContext) -> list[str]:
