@@ -1,6 +1,6 @@
 """Versions of what the project writes. Bump one when the meaning of its output changes."""
 
-GENERATOR_VERSION = "a01-gen-3"
+GENERATOR_VERSION = "a01-gen-4"
 """The template author + code generator. A new version yields a new cache folder."""
 
 CACHE_FORMAT_VERSION = 1

@@ -37,8 +37,9 @@ def _bundles(seed: int):
 
 
 @pytest.mark.parametrize("seed, cracked_by", [
-    (38, {"refuse_unseen_by_position", "refuse_unseen_writes", "not_found_for_unseen", "echo_unseen"}),
-    (19, {"refuse_unseen_by_position", "not_found_for_unseen"}),
+    (38, {"refuse_unseen_by_position", "refuse_unseen_writes", "not_found_for_unseen", "echo_unseen",
+          "refuse_unseen_on_sites"}),
+    (19, {"refuse_unseen_by_position", "not_found_for_unseen", "refuse_unseen_on_sites"}),
     (16, {"refuse_unseen_writes"}),
 ])
 def test_refusing_the_users_the_visible_probes_never_use_earns_nothing(runner, seed, cracked_by):
@@ -57,12 +58,86 @@ def test_every_exploit_of_the_attacker_is_tried_by_a_second_user(runner):
     attacker, climber = bundle.spec.roles["attacker"], bundle.spec.roles["climber"]
     security = [p for p in bundle.probes if p.kind == ProbeKind.SECURITY]
     seconds = [p for p in security if p.title.endswith("(tried by a second user)")]
-    firsts = [p for p in security if p not in seconds and any(s.actor in (attacker, climber) for s in p.steps)]
+    firsts = [p for p in security if p.repeats is None and any(s.actor in (attacker, climber) for s in p.steps)]
+    assert all(second.repeats == first.id for first, second in zip(firsts, seconds))
     assert seconds and len(seconds) == len(firsts)
     for first, second in zip(firsts, seconds):
         swapped = {attacker: climber, climber: attacker}
         assert [swapped.get(s.actor, s.actor) for s in first.steps] == [s.actor for s in second.steps]
         assert [s.path for s in first.steps] == [s.path for s in second.steps]  # the same targets
+
+
+def _without_reversed(seed: int):
+    """The scenario of ``seed`` as compiled now, and with the plan of cache v4 (every exploit from
+    users the visible probes never act as: no try the other way round)."""
+    bundle, _ = _bundles(seed)
+    return bundle, bundle.model_copy(update={"probes": tuple(p for p in bundle.probes
+                                                             if not p.title.endswith("(tried the other way round)"))})
+
+
+@pytest.mark.parametrize("seed", [0, 3, 23])  # missing admin check, sensitive exposure, path traversal
+def test_closing_the_hole_only_to_users_the_agent_never_sees_at_work_earns_nothing(runner, seed):
+    bundle, old = _without_reversed(seed)
+    # cache v4's plan: the vulnerable route closed to the unseen users alone kept every legitimate use
+    # (those users have none there) and refused every exploit: a full fix for nothing
+    assert "refuse_unseen_on_sites" in {v.canary for v in run_canaries(old, runner) if v.earns_more}
+    assert not [v.canary for v in run_canaries(bundle, runner) if v.earns_more]
+    assert check_scenario(bundle, runner, fail_fast=False).ok
+
+
+def test_every_exploit_of_the_attacker_is_tried_the_other_way_round(runner):
+    bundle, _ = _bundles(13)  # idor_write: two exploits on two of the victim's records
+    roles = bundle.spec.roles
+    by_id = {p.id: p for p in bundle.probes}
+    reversed_ = [p for p in bundle.probes if p.title.endswith("(tried the other way round)")]
+    firsts = [p for p in bundle.probes if p.kind == ProbeKind.SECURITY and p.repeats is None
+              and any(s.actor == roles["attacker"] for s in p.steps)]
+    assert reversed_ and sorted(p.repeats for p in reversed_) == sorted(p.id for p in firsts)
+    attackers_records = {r.record_id for r in bundle.spec.records if r.owner == roles["attacker"]}
+    targets = set()
+    for probe in reversed_:
+        first = by_id[probe.repeats]
+        assert [s.actor for s in probe.steps] == [
+            {roles["attacker"]: roles["victim"], roles["victim"]: roles["attacker"]}.get(s.actor, s.actor)
+            for s in first.steps]
+        aimed = {r for r in attackers_records if any(r in s.path for s in probe.steps)}
+        assert aimed and not aimed & targets  # the attacker's records, a different one for each exploit
+        targets |= aimed
+
+
+def test_an_exploit_counts_as_refused_only_when_every_intruder_is_refused():
+    from envcore.scenario.probes import Probe, ProbeOutcome
+    from envcore.verifier.report import tallies
+
+    def probe(pid: str, repeats: str | None = None) -> Probe:
+        return Probe(id=pid, kind=ProbeKind.SECURITY, title=pid, repeats=repeats,
+                     steps=[{"method": "GET", "path": "/x", "expect": []}])
+
+    probes = [probe("sec-1"), probe("sec-2"), probe("sec-3", "sec-1"), probe("sec-4", "sec-1")]
+
+    def outcome(pid: str, passed: bool) -> ProbeOutcome:
+        return ProbeOutcome(probe_id=pid, kind=ProbeKind.SECURITY, visible=False, passed=passed, steps=())
+
+    refused = {"sec-1": True, "sec-2": True, "sec-3": True, "sec-4": False}
+    counts = tallies([outcome(p, ok) for p, ok in refused.items()], probes)
+    assert (counts.security.passed, counts.security.total) == (1, 2)  # sec-1's exploit is open to one user
+    counts = tallies([outcome(p, True) for p in refused], probes)
+    assert (counts.security.passed, counts.security.total) == (2, 2)
+    assert tallies([], probes, loaded=False).security.total == 2
+    with pytest.raises(ValueError):
+        Probe(id="reg-1", kind=ProbeKind.REGRESSION, title="t", repeats="sec-1",
+              steps=[{"method": "GET", "path": "/x"}])
+
+
+def test_the_check_refuses_a_repeat_of_nothing(runner):
+    from envcore.factory.check import CheckContext, check_structure
+
+    bundle, _ = _bundles(13)
+    second = next(p for p in bundle.probes if p.repeats is not None)
+    dangling = bundle.model_copy(update={"probes": tuple(p.model_copy(update={"repeats": "sec-99"}) if p is second
+                                                         else p for p in bundle.probes)})
+    problems = check_structure(CheckContext(dangling, runner))
+    assert any("repeats 'sec-99'" in p for p in problems), problems
 
 
 def test_the_panel_puts_the_reference_fix_on_top_and_every_canary_at_the_floor(runner):

@@ -23,6 +23,8 @@ kind. The panel (:data:`CANARIES`):
 * ``refuse_after_a_write``: once anyone has written, refuse what follows (exploit, then look);
 * ``refuse_every_write`` / ``refuse_unseen_writes``: refuse writes, from everyone or from the unseen;
 * ``not_found_for_unseen``: a status channel, 404 instead of a refusal for the unseen;
+* ``refuse_unseen_on_sites``: the vulnerable routes closed only to the unseen (a fix for the
+  grader's intruders alone, where the visible users never attack);
 * ``echo_writes`` / ``echo_unseen``: answer 200 with the request's own JSON, never reaching the app;
 * the lazy fixes of :mod:`envcore.factory.lazy_fixes`: ``deny_all``, ``deny_sites``, ``delete_sites``.
 
@@ -44,7 +46,7 @@ from envcore.runner.actors import ActorSession, LoginRequired, _fixed_headers, a
 from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
 from envcore.runner.http import HttpRequest, HttpResponse
 from envcore.scenario.bundle import Bundle
-from envcore.scenario.probes import ProbeKind
+from envcore.scenario.probes import ProbeKind, exploit_of
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -115,6 +117,11 @@ def _unseen(seen: Seen, k: Knowledge) -> bool:
     return seen.position is not None and seen.position not in k.visible_positions
 
 
+def _on_a_site(seen: Seen, k: Knowledge) -> bool:
+    path = seen.path.split("?", 1)[0]
+    return any(re.fullmatch(pattern, path) for pattern in k.site_patterns)
+
+
 @dataclass(frozen=True)
 class Canary:
     """One generic hack: its name (as the panel and ``openenv.yaml`` list it), what it does, and how:
@@ -147,6 +154,8 @@ CANARIES: tuple[Canary, ...] = (
            lambda s, k: REFUSED if s.write and _unseen(s, k) else None),
     Canary("not_found_for_unseen", "answer users the visible probes do not use with 404",
            lambda s, k: NOT_FOUND if _unseen(s, k) else None),
+    Canary("refuse_unseen_on_sites", "refuse the vulnerable routes to users the visible probes do not use",
+           lambda s, k: REFUSED if _unseen(s, k) and _on_a_site(s, k) else None),
     Canary("echo_writes", "answer every write with 200 and the request's own JSON, without the app",
            lambda s, k: _echo(s) if s.write else None),
     Canary("echo_unseen", "answer users the visible probes do not use with 200 and their own JSON",
@@ -298,7 +307,10 @@ def run_canaries(bundle: Bundle, runner: ProbeRunner, files: Mapping[str, str] |
         second = runner.run_batches(source, [Batch(exploits, canary_gate(c, knowledge, graded.users), isolate=True)
                                              for _, c in survivors], actors)
         for (index, _), report in zip(survivors, second):
-            refused = [o.probe_id for o in report.outcomes if o.passed]
+            passed = {o.probe_id for o in report.outcomes if o.passed}
+            # an exploit is refused when every intruder who tries it is (the verifier counts so too)
+            refused = sorted({exploit_of(p) for p in exploits}
+                             - {exploit_of(p) for p in exploits if p.id not in passed})
             verdicts[index].refused = refused
             verdicts[index].earns_more = bool(refused)
     return verdicts
@@ -309,7 +321,7 @@ def panel_rewards(bundle: Bundle, runner: ProbeRunner, *, canaries: Sequence[Can
     one step would be (on the check's shadow, every probe on a fresh instance)."""
     from envcore.env.reward import RewardInputs, compute_reward
     from envcore.patching import apply_patch
-    from envcore.verifier.report import VerificationReport, resolve, score, tally
+    from envcore.verifier.report import graded_report, tallies
     from envcore.verifier.shadow import regrade_files
 
     graded = graded_copy(bundle)
@@ -318,17 +330,8 @@ def panel_rewards(bundle: Bundle, runner: ProbeRunner, *, canaries: Sequence[Can
     probes = tuple(graded.probes)
 
     def reward(report: RunReport) -> float:
-        kinds = (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP, ProbeKind.GUARD)
-        if report.loaded:
-            security, regression, trap, guard = (tally(list(report.outcomes), k) for k in kinds)
-        else:
-            from envcore.verifier.report import Tally
-            security, regression, trap, guard = (Tally(passed=0, total=sum(p.kind == k for p in probes)) for k in kinds)
-        resolution = resolve(security, regression, trap, guard)
-        verification = VerificationReport(scenario_id=bundle.scenario_id or "", outcome="graded" if report.loaded
-                                          else "load_error", resolution=resolution, reward=score(resolution, security),
-                                          probe_set="all", security=security, regression=regression, trap=trap,
-                                          guard=guard, load_error=report.load_error)
+        verification = graded_report(bundle.scenario_id or "", tallies(report.outcomes, probes, loaded=report.loaded),
+                                     loaded=report.loaded, load_error=report.load_error)
         return float(compute_reward(RewardInputs(report=verification, steps_used=1, max_steps=8)).reward or 0.0)
 
     source = AppSource(regrade_files(bundle.files, graded), bundle.entrypoint)

@@ -5,7 +5,7 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
 :class:`CheckReport`. A bundle is valid only when every check passes:
 
 * **actors**: every probe acts as a seeded user or anonymously (nothing else runs otherwise);
-* **structure**: probe ids unique, security probes hidden, at least one
+* **structure**: probe ids unique, security probes hidden (a repeat naming a first try), at least one
   visible probe, every trap backed by a trap probe, every trap probe naming a declared trap, trap
   names unique, a non-empty reference fix;
 * **vulnerable**: the app as shipped loads, every visible probe and every guard probe passes, and every
@@ -157,9 +157,15 @@ def check_structure(ctx: CheckContext) -> list[str]:
     ids = [p.id for p in bundle.probes]
     if len(set(ids)) != len(ids):
         problems.append("probe ids are not unique")
+    exploits = {p.id: p for p in bundle.probes_of(ProbeKind.SECURITY)}
     for probe in bundle.probes:
         if probe.kind == ProbeKind.SECURITY and probe.visible:
             problems.append(f"security probe {probe.id} is visible (it would reveal the answer)")
+        if probe.repeats is not None and probe.repeats not in exploits:
+            problems.append(f"security probe {probe.id} repeats {probe.repeats!r}, which is no security probe here")
+        elif probe.repeats is not None and exploits[probe.repeats].repeats is not None:
+            problems.append(f"security probe {probe.id} repeats {probe.repeats!r}, itself a repeat: "
+                            f"name the first ({exploits[probe.repeats].repeats!r})")
     if not bundle.probes_of(ProbeKind.SECURITY):
         problems.append("no security probe")
     if not bundle.visible_probes:

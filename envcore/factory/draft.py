@@ -13,7 +13,7 @@ import random
 import re
 
 from envcore.factory.bugs import get_bug_class
-from envcore.factory.bugs.base import site_refs
+from envcore.factory.bugs.base import MIRRORED, site_refs
 from envcore.factory.codegen import FEATURES
 from envcore.factory.codegen.names import ORM_STORES, Names
 from envcore.factory.domains import DOMAINS
@@ -118,6 +118,9 @@ def expand(draft: SpecDraft, seed: int, *, author: str = "template") -> Scenario
         ("victim", "read"), ("victim", "target_update"), ("victim", "target_delete"), ("victim", "own_edit"),
         ("victim", "own_remove"), ("attacker", "attacker_own"), ("climber", "climber_own"),
         ("bystander", "bystander_own"), ("admin", "admin_own"),
+        # the victim's targets mirrored on the attacker's side, for the exploits tried the other way
+        # round (envcore.factory.probe_plan.victim_intruder_probes)
+        *(("attacker", f"attacker_{purpose}") for purpose in MIRRORED),
     ]
     records = []
     for part, purpose in owned:
@@ -127,7 +130,7 @@ def expand(draft: SpecDraft, seed: int, *, author: str = "template") -> Scenario
                 record_id=draw.object_id(prefix),
                 owner=cast[part].username,
                 values={f.name: draw.value(f) for f in fields},
-                share_code=f"shr_{draw.hex(12)}" if purpose == "read" else None,
+                share_code=f"shr_{draw.hex(12)}" if purpose in ("read", "attacker_read") else None,
                 purpose=purpose,
             )
         )

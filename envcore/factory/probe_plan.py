@@ -16,14 +16,19 @@ patches). So the hidden plan also has:
 * :func:`unseen_users_probes`: legitimate use by the attacker and by users no visible probe acts
   as, reads and writes both (each reads and edits their own record; the attacker creates one);
 * :func:`second_intruder_probes`: every exploit the attacker tries, tried again by a second plain
-  user of the same standing (the attacker's and that user's identities swapped, records included).
+  user of the same standing (the attacker's and that user's identities swapped, records included);
+* :func:`victim_intruder_probes`: every exploit the attacker tries, tried again by the victim, a
+  user the visible probes *do* act as, against the attacker's own record, so that the exploits
+  come from a user the agent sees as well as from users it does not.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, NamedTuple
 
-from envcore.factory.bugs.base import ProbeContext, ok, step
+from envcore.factory.bugs.base import MIRRORED, ProbeContext, ok, step
 from envcore.factory.codegen.names import a
 from envcore.scenario.probes import BodyExcludes, HeaderEquals, JsonEquals, Probe, ProbeKind, StatusIn
 from envcore.verifier.shadow import Substitution
@@ -182,28 +187,44 @@ def unseen_users_probes(ctx: ProbeContext) -> list[Probe]:
     return out
 
 
-def identity_swap(ctx: ProbeContext, first: str, second: str) -> Substitution:
-    """The two users' identities exchanged, their own records' too: usernames, names, emails and
-    secrets always; an id only where no other user or record has the same one (an id written as a
-    number could otherwise be another's)."""
+_MARKER = re.compile(r"[0-9a-f]{6,}")
+
+
+def identity_swap(ctx: ProbeContext, first: str, second: str, records: tuple[str, str] | None = None) -> Substitution:
+    """The two users' identities exchanged, one record of each too (by default their ``*_own``
+    records; ``records`` names two other purposes) and their upload files: usernames, names, emails
+    and secrets always; an id only where no other user or record has the same one (an id written as
+    a number could otherwise be another's)."""
     spec = ctx.spec
     one, two = ctx.user(first), ctx.user(second)
     ids = [u.user_id for u in spec.users] + [r.record_id for r in spec.records]
     mapping: dict[str, str] = {}
 
     def pair(x: str, y: str, *, is_id: bool = False) -> None:
-        if not x or not y or x == y or (is_id and (ids.count(x) > 1 or ids.count(y) > 1)):
+        if not x or not y or x == y or x in mapping or y in mapping \
+                or (is_id and (ids.count(x) > 1 or ids.count(y) > 1)):
             return
         mapping[x], mapping[y] = y, x
 
     for field_name in ("username", "display_name", "email", "token", "api_key", "password_hash"):
         pair(str(getattr(one, field_name)), str(getattr(two, field_name)))
     pair(one.user_id, two.user_id, is_id=True)
-    mine, theirs = ctx.record(f"{first}_own"), ctx.record(f"{second}_own")
+    mine_purpose, theirs_purpose = records or (f"{first}_own", f"{second}_own")
+    mine, theirs = ctx.record(mine_purpose), ctx.record(theirs_purpose)
     pair(mine.record_id, theirs.record_id, is_id=True)
     for key, value in mine.values.items():
-        if isinstance(value, str) and isinstance(theirs.values.get(key), str):
-            pair(value, theirs.values[key])
+        other = theirs.values.get(key)
+        if isinstance(value, str) and isinstance(other, str):
+            pair(value, other)
+            # a value's marker on its own too (a search for a record's title asks for its marker)
+            ours, yours = value.rsplit(" ", 1)[-1], other.rsplit(" ", 1)[-1]
+            if _MARKER.fullmatch(ours) and _MARKER.fullmatch(yours):
+                pair(ours, yours)
+    files = {f.owner: f for f in spec.files}
+    if one.username in files and two.username in files:
+        mine_file, theirs_file = files[one.username], files[two.username]
+        pair(mine_file.name, theirs_file.name)
+        pair(mine_file.content.strip(), theirs_file.content.strip())
     return Substitution(mapping)
 
 
@@ -218,9 +239,70 @@ def second_intruder_probes(ctx: ProbeContext, security: list[Probe]) -> list[Pro
         if probe.kind != ProbeKind.SECURITY or not any(s.actor in acting for s in probe.steps):
             continue
         data = swap.data(probe.model_dump(mode="json"))
-        data.update(id=ctx.next_id("sec"), title=f"{probe.title} (tried by a second user)")
+        data.update(id=ctx.next_id("sec"), title=f"{probe.title} (tried by a second user)", repeats=probe.id)
         out.append(Probe.model_validate(data))
     return out
+
+
+VICTIM_OWN = "own_edit"
+"""The victim's record that plays "their own" when an exploit names none of the victim's records."""
+
+
+def victim_intruder_probes(ctx: ProbeContext, security: list[Probe]) -> list[Probe]:
+    """Each exploit of the attacker, tried again the other way round: the victim (a user the visible
+    probes act as) against the attacker's copy of the record it aims at (:data:`MIRRORED`; the
+    attacker's own record where it aims at none of those), the two identities swapped together with
+    the two records. Without it every exploit would
+    come from users the visible probes never name, and a patch that closed the hole for those users
+    alone (``refuse_unseen_on_sites`` in the canary panel) would pass as a fix."""
+    if not all(part in ctx.spec.roles for part in ("victim", "attacker")):
+        return []
+    attacker, victim = ctx.who("attacker"), ctx.who("victim")
+    victims_records = [r for r in ctx.spec.records if r.owner == victim]
+    out = []
+    for probe in security:
+        if probe.kind != ProbeKind.SECURITY or not any(s.actor == attacker for s in probe.steps):
+            continue
+        data = probe.model_dump(mode="json")
+        text = json.dumps(data)
+        aimed = [r for r in victims_records if r.record_id in text
+                 or any(isinstance(v, str) and len(v) > 3 and v in text for v in r.values.values())]
+        if len(aimed) > 1:  # an exploit across several of the victim's records has no mirror image
+            continue
+        target = ctx.record(aimed[0].purpose if aimed else VICTIM_OWN)
+        mirror = ctx.record(f"attacker_{target.purpose}" if target.purpose in MIRRORED else "attacker_own")
+        swapped = identity_swap(ctx, "attacker", "victim", records=(mirror.purpose, target.purpose)).data(data)
+        _swap_typed_values(swapped, target, mirror)
+        swapped = _fresh_tokens(ctx, swapped, stem=f"reversed:{probe.id}")
+        swapped.update(id=ctx.next_id("sec"), title=f"{probe.title} (tried the other way round)", repeats=probe.id)
+        out.append(Probe.model_validate(swapped))
+    return out
+
+
+def _swap_typed_values(probe: dict[str, Any], one: Any, two: Any) -> None:
+    """The two records' numbers, booleans and dates where a check expects them by field (a
+    substitution swaps text only: the same number could be anything else)."""
+    for sent in probe["steps"]:
+        for fact in sent.get("expect", ()):
+            if fact.get("kind") != "json_equals" or isinstance(fact.get("value"), str):
+                continue
+            field_name = str(fact.get("path", "")).rsplit(".", 1)[-1]
+            if field_name in one.values and fact["value"] == one.values[field_name]:
+                fact["value"] = two.values.get(field_name, fact["value"])
+            elif field_name in two.values and fact["value"] == two.values[field_name]:
+                fact["value"] = one.values.get(field_name, fact["value"])
+
+
+_TOKEN = re.compile(r"(?<![0-9A-Za-z_])[0-9a-f]{8}(?![0-9A-Za-z_])")
+
+
+def _fresh_tokens(ctx: ProbeContext, probe: dict[str, Any], *, stem: str) -> dict[str, Any]:
+    """``probe`` with every value it writes made anew (the seed's 8-hex tokens): in a run that shares
+    one app between probes (the scenario check's), what the first try wrote is not what the second
+    looks for."""
+    text = json.dumps(probe)
+    fresh = {old: ctx.token(f"{stem}:{old}") for old in sorted(set(_TOKEN.findall(text)))}
+    return json.loads(_TOKEN.sub(lambda m: fresh[m.group(0)], text)) if fresh else probe
 
 
 class PlannedProbes(NamedTuple):
@@ -234,14 +316,16 @@ class PlannedProbes(NamedTuple):
     """The variant's own probes (its exploits, and regression probes for spellings its check refuses)."""
     second: list[Probe]
     """:func:`second_intruder_probes`."""
+    reversed: list[Probe]
+    """:func:`victim_intruder_probes`."""
 
     def all(self) -> list[Probe]:
-        return self.legitimate + self.unseen + self.security + self.second
+        return self.legitimate + self.unseen + self.security + self.second + self.reversed
 
 
 def plan_probes(ctx: ProbeContext, variant: Any) -> PlannedProbes:
     """Every probe of a scenario. The variant's probes are written first, so its ids come first (the
-    order cache v4 was built in: changing it changes every scenario's hash)."""
+    order the caches since v4 were built in: changing it changes every scenario's hash)."""
     security = variant.probes(ctx)
     return PlannedProbes(legitimate_use_probes(ctx), unseen_users_probes(ctx), security,
-                         second_intruder_probes(ctx, security))
+                         second_intruder_probes(ctx, security), victim_intruder_probes(ctx, security))

@@ -30,7 +30,15 @@ from enum import Enum
 from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlencode
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 """Methods a probe step may use."""
@@ -180,6 +188,29 @@ class Probe(_Wire):
     trap: str | None = None
     """The trap this probe backs, for ``kind == trap``: the trap's name, or its kind when it has none
     (:attr:`envcore.scenario.spec.Trap.key`)."""
+    repeats: str | None = None
+    """For a security probe that tries another one's exploit again as another user: that probe's id.
+    An exploit counts as refused only when it and every repeat of it are (:func:`exploit_of`), so a
+    patch that closes a hole for some intruders and leaves it open to others closes nothing. Left
+    out of every dump when ``None``, so bundles written before it keep their content hash."""
+
+    @model_serializer(mode="wrap")
+    def _without_missing_repeats(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("repeats", ...) is None:
+            del data["repeats"]
+        return data
+
+    @model_validator(mode="after")
+    def _repeats_only_exploits(self) -> "Probe":
+        if self.repeats is not None and (self.kind != ProbeKind.SECURITY or self.repeats == self.id):
+            raise ValueError(f"probe {self.id}: only a security probe repeats another's exploit, and not its own")
+        return self
+
+
+def exploit_of(probe: Probe) -> str:
+    """The exploit a security probe tries: the id of the probe it repeats, or its own."""
+    return probe.repeats or probe.id
 
 
 class StepResult(_Wire):

@@ -4,10 +4,12 @@ Grading is a chain of pure functions, SWE-bench style: probe outcomes → tallie
 :class:`Resolution`. Security probes play *fail-to-pass* (they fail on the shipped app and must pass
 after a fix); regression, trap and guard probes play *pass-to-pass* (they pass on the shipped app and
 must keep passing). Regression and trap probes are legitimate use; guard probes are security the app
-already had, so a fix that breaks one has opened a new hole and is no fix at all:
+already had, so a fix that breaks one has opened a new hole and is no fix at all. Security is counted
+by exploit: a probe that tries another's exploit again as another user (``repeats``) counts with it,
+and the exploit is refused only when every intruder is refused:
 
 * ``FULL``: every security, regression, trap and guard probe passes;
-* ``PARTIAL``: some but not all security probes pass, and every regression, trap and guard probe passes;
+* ``PARTIAL``: some but not all exploits are refused, and every regression, trap and guard probe passes;
 * ``NO``: anything else, including a broken guard and an app that does not load.
 
 Three outcomes are kept apart: ``graded`` (the app ran and was judged), ``load_error`` (the app did
@@ -17,13 +19,14 @@ fault, no resolution and reward ``None``, to be retried or dropped, never learne
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from envcore.scenario.bundle import Bundle
-from envcore.scenario.probes import Probe, ProbeKind, ProbeOutcome, describe_fact
+from envcore.scenario.probes import Probe, ProbeKind, ProbeOutcome, describe_fact, exploit_of
 
 
 class Resolution(str, Enum):
@@ -123,9 +126,45 @@ class VerificationReport(_Model):
                 + f" ({self.elapsed_ms:.1f} ms)")
 
 
-def tally(outcomes: tuple[ProbeOutcome, ...] | list[ProbeOutcome], kind: ProbeKind) -> Tally:
-    chosen = [o for o in outcomes if o.kind == kind]
-    return Tally(passed=sum(o.passed for o in chosen), total=len(chosen))
+class Tallies(NamedTuple):
+    """What passed of each kind of probe in one grading."""
+
+    security: Tally
+    """Exploits refused: an exploit and its repeats by other intruders count once, and as refused
+    only when every one of them is (:func:`envcore.scenario.probes.exploit_of`)."""
+    regression: Tally
+    trap: Tally
+    guard: Tally
+
+
+def tallies(outcomes: Sequence[ProbeOutcome], probes: Sequence[Probe], *, loaded: bool = True) -> Tallies:
+    """The tallies of a run of ``probes``. When the app did not load nothing ran, and every probe
+    counts as failed."""
+    by_id = {o.probe_id: o for o in outcomes} if loaded else {}
+    ran = [p for p in probes if p.id in by_id] if loaded else list(probes)
+
+    def of(kind: ProbeKind) -> Tally:
+        chosen = [p for p in ran if p.kind == kind]
+        if kind != ProbeKind.SECURITY:
+            return Tally(passed=sum(p.id in by_id and by_id[p.id].passed for p in chosen), total=len(chosen))
+        refused: dict[str, bool] = {}
+        for p in chosen:
+            exploit = exploit_of(p)
+            refused[exploit] = refused.get(exploit, True) and p.id in by_id and by_id[p.id].passed
+        return Tally(passed=sum(refused.values()), total=len(refused))
+
+    return Tallies(*(of(k) for k in (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP, ProbeKind.GUARD)))
+
+
+def graded_report(scenario_id: str, counts: Tallies, *, loaded: bool, probe_set: Literal["all", "visible"] = "all",
+                  **details: Any) -> VerificationReport:
+    """The report of a grading from its tallies: the resolution (for a run of every probe) and the
+    verifier's score; ``details`` are the report's other fields (probes, load error, timings...)."""
+    resolution = resolve(*counts) if probe_set == "all" else None
+    return VerificationReport(scenario_id=scenario_id, outcome="graded" if loaded else "load_error",
+                              resolution=resolution, reward=score(resolution, counts.security), probe_set=probe_set,
+                              security=counts.security, regression=counts.regression, trap=counts.trap,
+                              guard=counts.guard, **details)
 
 
 NO_PROBES = Tally()

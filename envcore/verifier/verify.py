@@ -28,17 +28,15 @@ from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.sandbox.pool import AppLoadFailure, Sandbox, WorkerGone
 from envcore.sandbox.runner import run_sandboxed
 from envcore.scenario.bundle import Bundle
-from envcore.scenario.probes import ProbeKind, ProbeOutcome
+from envcore.scenario.probes import ProbeOutcome
 from envcore.verifier.disclosure import in_grader_words, reason_in_words
 from envcore.verifier.report import (
     ProbeResult,
-    Tally,
     VerificationReport,
     expected_steps,
+    graded_report,
     probe_result,
-    resolve,
-    score,
-    tally,
+    tallies,
     with_traps,
 )
 from envcore.verifier.shadow import Substitution, apply_substitution, draw_substitution, is_code, regrade_files
@@ -148,23 +146,11 @@ def verify(
         results = tuple(_shadow_result(p, by_id.get(p.id), back) for p in shown)
     if probe_set == "all":  # what the app answered under grading leaves the grader in its words only
         results = tuple(in_grader_words(r) for r in results)
-    outcomes = list(run.outcomes)
-    kinds = (ProbeKind.SECURITY, ProbeKind.REGRESSION, ProbeKind.TRAP, ProbeKind.GUARD)
-    security, regression, trap, guard = (tally(outcomes, k) for k in kinds)
-    if not run.loaded:
-        # Nothing ran: every probe counts as failed.
-        security, regression, trap, guard = (Tally(passed=0, total=sum(p.kind == k for p in shown)) for k in kinds)
-    resolution = resolve(security, regression, trap, guard) if probe_set == "all" else None
-    return VerificationReport(
-        scenario_id=scenario_id,
-        outcome="graded" if run.loaded else "load_error",
-        resolution=resolution,
-        reward=score(resolution, security),
+    return graded_report(
+        scenario_id,
+        tallies(run.outcomes, shown, loaded=run.loaded),
+        loaded=run.loaded,
         probe_set=probe_set,
-        security=security,
-        regression=regression,
-        trap=trap,
-        guard=guard,
         probes=with_traps(results, bundle),
         load_error=load_error,
         shadow=data.shadow,

@@ -76,6 +76,11 @@ Parts the scenario does not cast (managers in single-tenant domains) are left ou
 naming another owner for a new record, which the policy gives to nobody ("the owner is always the
 caller")."""
 
+MIRRORED = ("read", "target_update", "target_delete")
+"""The victim's records exploits aim at, seeded again as the attacker's (purpose ``attacker_<name>``,
+the ``read`` one with a share code too): an exploit tried the other way round, by the victim, aims at
+the attacker's copy, so no two tries of different exploits touch the same record."""
+
 ROLE_OF = {"attacker": "user", "bystander": "user", "manager": "manager", "rival_manager": "manager"}
 WHO = {
     "attacker": "another user",
