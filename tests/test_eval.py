@@ -134,6 +134,17 @@ def test_rollouts_through_the_server_write_client_side_records_and_resume(server
     assert again.played == 0 and again.skipped == 4
 
 
+def test_eval_against_a_server_plays_the_scenarios_its_catalogue_lists(server_url, shipped):
+    from envcore.agents.eval_run import EvaluationError, served_scenarios
+
+    # the server's cache is the local one: its test split, as the server lists it
+    assert served_scenarios([server_url, server_url], split="test", cache=shipped) == sorted(shipped.ids(split="test"))
+    # a local cache other than the one served: stopped before the first episode, saying what to pass
+    other = ScenarioCache.open(Path(shipped.root).parent / "v2")
+    with pytest.raises(EvaluationError, match="pass --cache with a copy of the cache the server serves"):
+        served_scenarios([server_url], split="test", cache=other)
+
+
 def test_a_dead_server_is_reported_not_written(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

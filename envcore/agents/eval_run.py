@@ -5,6 +5,11 @@ agent, so runs pair up), resumably, and writes ``episodes.jsonl`` (optionally co
 ``episodes.jsonl.gz``), ``summary.json`` (with a ``run`` block saying what was played: agent, kind,
 model, adapter, split, cache, step budget) and ``report.md``. The training pipeline evaluates its
 adapter with it, so a trained model's evaluation has exactly the shape of every shipped one.
+
+Played against servers (``urls``), the scenarios are the servers' own: their catalogue
+(``GET /scenarios``) says which ids the split holds, every server must offer the same ones, and the
+local cache the agent and the summary read must hold each of them with the same content (else the
+run stops before the first episode and says which cache the servers serve).
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +40,46 @@ class EvaluationRun:
     agent_id: str
     folder: Path
     failed: list[str] = field(default_factory=list)
+
+
+def catalogue(url: str, *, split: str | None, timeout: float = 30.0) -> dict[str, str]:
+    """The scenarios a server offers in ``split`` (``None``: all), as id: content hash."""
+    query = urllib.parse.urlencode({"limit": 2000, **({"split": split} if split else {})})
+    out: dict[str, str] = {}
+    offset = 0
+    while True:
+        address = f"{url.rstrip('/')}/scenarios?{query}&offset={offset}"
+        try:
+            with urllib.request.urlopen(address, timeout=timeout) as response:
+                page = json.load(response)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise EvaluationError(f"cannot read the scenario catalogue of {url}: {exc}") from None
+        rows = page.get("scenarios", [])
+        out.update({row["scenario_id"]: row.get("sha256", "") for row in rows})
+        offset += len(rows)
+        if not rows or offset >= int(page.get("total", 0)):
+            return out
+
+
+def served_scenarios(urls: list[str], *, split: str | None, cache: Any) -> list[str]:
+    """The ids of ``split`` the servers at ``urls`` serve, sorted; every server must serve the same
+    ones, and ``cache`` must hold each with the same content (the agent and the summary read it)."""
+    offers = {url: catalogue(url, split=split) for url in dict.fromkeys(urls)}
+    first_url, first = next(iter(offers.items()))
+    for url, offer in offers.items():
+        if offer != first:
+            raise EvaluationError(f"{url} and {first_url} serve different scenarios in split {split or 'any'!r}: "
+                                  "point every --url at servers of one cache")
+    if not first:
+        raise EvaluationError(f"{first_url} serves no scenario in split {split or 'any'!r}")
+    local = {row["scenario_id"]: row.get("sha256", "") for row in cache.rows}
+    missing = sorted(sid for sid, digest in first.items() if local.get(sid) != digest)
+    if missing:
+        raise EvaluationError(
+            f"{first_url} serves {len(missing)} of its {len(first)} scenarios in split {split or 'any'!r} that the "
+            f"local cache {cache.root} does not hold as served (e.g. {missing[0]}): pass --cache with a copy of the "
+            "cache the server serves")
+    return sorted(first)
 
 
 def unpack_log(out: Path) -> Path:
@@ -56,6 +104,9 @@ def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test
     from envcore.env.episode_log import read_episodes
 
     split_filter = None if split == "any" else split
+    if scenarios is None and urls:
+        scenarios = served_scenarios(urls, split=split_filter, cache=cache)
+        scenarios = scenarios if n is None else scenarios[:n]
     if scenarios is not None:
         episodes = [EpisodeSpec.of(index, scenario=sid) for index, sid in enumerate(sorted(set(scenarios)))]
     else:

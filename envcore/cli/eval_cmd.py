@@ -39,7 +39,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--out", required=True, help="output folder")
     e.add_argument("--parallel", type=int, default=1, help="sessions played at once (default 1)")
     e.add_argument("--max-steps", type=int, help="step budget per episode (default: the server's, 30)")
-    e.add_argument("--url", action="append", default=[], help="play against this server (repeat for several replicas)")
+    e.add_argument("--url", action="append", default=[],
+                   help="play against this server (repeat for several replicas): the scenarios are the ones its "
+                        "catalogue lists, which --cache must hold")
     e.add_argument("--cache", help="scenario cache (default: the newest shipped one)")
     e.add_argument("--compress", action="store_true",
                    help="leave the episode log gzip-compressed (episodes.jsonl.gz; a later run resumes from it)")
@@ -82,7 +84,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from envcore.cache import ScenarioCache
 
     cache = ScenarioCache.open(args.cache)
-    total = len(evaluation_episodes(cache, split=None if args.split == "any" else args.split, n=args.n))
+    split = None if args.split == "any" else args.split
+    if args.url:  # the servers' own scenarios (their catalogue), which the local cache must hold
+        from envcore.agents.eval_run import served_scenarios
+
+        try:
+            served = served_scenarios(args.url, split=split, cache=cache)
+        except EvaluationError as exc:
+            raise SystemExit(str(exc)) from None
+        total = len(served if args.n is None else served[:args.n])
+    else:
+        total = len(evaluation_episodes(cache, split=split, n=args.n))
     llm = LLMOptions(model=args.model, adapter=args.adapter, max_new_tokens=args.max_new_tokens,
                      temperature=args.temperature, base_url=args.base_url)
     try:
