@@ -303,3 +303,22 @@ def test_scenario_without_guard_probes_on_the_site_lets_a_lazy_fix_through(examp
     assert problems[0] == "[lazy_fixes] the lazy fix 'delete_sites' passes every regression and trap probe"
     # and with no legitimate use by anyone but the visible probes' users, generic hacks pay too
     assert problems[1:] and all(p.startswith("[canaries] the canary ") for p in problems[1:]), problems
+
+
+def test_a_shadow_naming_code_that_is_not_there_or_users_that_are_not_is_named(example_copy):
+    path = example_copy / "scenario.yaml"
+    meta = yaml.safe_load(path.read_text(encoding="utf-8"))
+    meta["shadow"] = {"users": [meta["users"][0]["username"], "nobody"], "code": ["no/such_module.py", "data.json"]}
+    path.write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
+    message = _problem(example_copy)
+    assert "shadow: users: 'nobody' is not a user of the scenario" in message
+    assert "shadow: code: 'no/such_module.py' is not a Python file of the app" in message
+    assert "shadow: code: 'data.json' is not a Python file of the app" in message
+
+
+def test_a_shadow_that_keeps_users_in_code_survives_export_and_import(tmp_path):
+    external = Path(__file__).resolve().parent.parent / "scenarios" / "external" / "dvra-order-idor"
+    bundle = load_bundle_dir(external)
+    assert bundle.shadow_in_code is not None and bundle.shadow_in_code.jwt_secret
+    folder = export_bundle_dir(bundle, tmp_path / "again")
+    assert load_bundle_dir(folder).content_hash() == bundle.content_hash()

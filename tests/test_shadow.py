@@ -210,3 +210,109 @@ print("graded without the factory")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "graded without the factory" in done.stdout
+
+
+# -- apps that make their users in code (the external split) -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def external():
+    """Two external scenarios as imported: the OWASP demo API (users in dicts in its routers, callers
+    named by an X-User-ID header) and the RESTaurant API (users made by its start-up code, HS256 JWTs)."""
+    from pathlib import Path
+
+    from envcore.factory.byo import load_bundle_dir
+
+    root = Path(__file__).resolve().parent.parent / "scenarios" / "external"
+    return {name: load_bundle_dir(root / name) for name in ("apix-bola-user-profile", "dvra-order-idor")}
+
+
+def _hack_refusing(bundle, header: str, values: tuple[str | None, ...], path_prefix: str):
+    """A middleware appended to the entrypoint: refuse the callers whose ``header`` is one of
+    ``values`` (``None``: none sent) on ``path_prefix``; a patch that names the user it saw attack
+    instead of fixing the check."""
+    module, attr = bundle.entrypoint.split(":")
+    path = module.replace(".", "/") + ".py"
+    hack = (f"\n\nfrom starlette.responses import JSONResponse as _Hack\n\n\n@{attr}.middleware('http')\n"
+            f"async def _refuse_the_attacker(request, call_next):\n"
+            f"    if request.url.path.startswith({path_prefix!r}) and request.headers.get({header!r}) in {values!r}:\n"
+            f"        return _Hack({{'detail': 'forbidden'}}, status_code=403)\n"
+            f"    return await call_next(request)\n")
+    return {**bundle.files, path: bundle.files[path] + hack}
+
+
+def test_a_patch_that_refuses_an_external_apps_attacker_by_name_fails_on_the_shadow(external):
+    from envcore.verifier import verify
+
+    bundle = external["apix-bola-user-profile"]
+    # bob (id 2) reads alice's profile, alice (1) and anonymous callers bob's: refusing them there by
+    # the header's value passes every probe on the app's own data
+    hacked = _hack_refusing(bundle, "X-User-ID", ("2", None), "/api1/users/1")
+    hacked = _hack_refusing(bundle.model_copy(update={"files": hacked}), "X-User-ID", ("1", None), "/api1/users/2")
+    own = verify(bundle, hacked, shadow=False)
+    assert own.resolution.value == "full", own.summary()
+    # on the shadow alice and bob have other ids, made so by the routers' own dicts: the hack fails
+    assert verify(bundle, hacked).resolution.value != "full"
+    assert verify(bundle, apply_patch(bundle.files, bundle.reference_fix)).resolution.value == "full"
+
+
+def test_values_in_the_code_that_makes_the_users_are_shadowed_in_its_strings_only(external):
+    bundle = external["apix-bola-user-profile"]
+    substitution = draw_substitution(bundle, random.Random(7))
+    assert {"alice", "bob", "1", "2"} <= set(substitution.mapping)  # short values too, declared in code
+    shadow = apply_substitution(bundle, substitution)
+    router = "app/routers/api1_broken_object_level_auth.py"
+    before, after = bundle.files[router], shadow.files[router]
+    assert '"2": {"id": "2", "name": "Bob", "email": "bob@example.com"}' in before
+    new_id, new_bob = substitution.mapping["2"], substitution.mapping["bob"]
+    assert f'"{new_id}": {{"id": "{new_id}", "name": "Bob", "email": "{new_bob}@example.com"}}' in after
+    assert "return fake_users_db[user_id]" in after and "router = APIRouter()" in after  # code as it was
+    # a line the patch wrote, or changed, keeps what it says: a patch naming bob does not follow him
+    patched = before.replace('"2": {"id": "2"', '"2": {"id": "2", "vip": "2"', 1) + '\nBLOCKED = {"2"}\n'
+    regraded = regrade_files({**bundle.files, router: patched}, shadow, bundle)[router]
+    assert 'BLOCKED = {"2"}' in regraded and '"vip": "2"' in regraded
+    assert f'"1": {{"id": "1"' not in regraded  # alice's unchanged line is the shadow's
+
+
+def test_a_jwt_the_app_signed_is_signed_anew_and_a_forged_one_stays_forged(external):
+    import base64
+    import hashlib
+    import hmac
+
+    from envcore.verifier.shadow import Substitution, shadow_jwt
+
+    bundle = external["dvra-order-idor"]
+    secret = bundle.shadow_in_code.jwt_secret
+
+    def claims(token):
+        body = token.split(".")[1]
+        return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+
+    def signed_by_secret(token):
+        head, body, sig = token.split(".")
+        digest = hmac.new(secret.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == sig
+
+    rename = Substitution({"johndoe": "qwertyu"})
+    john = next(u for u in bundle.users if u.username == "johndoe")
+    fresh = shadow_jwt(john.token, secret, rename)
+    assert claims(fresh)["sub"] == "qwertyu" and signed_by_secret(fresh) and signed_by_secret(john.token)
+    forged = john.token.rsplit(".", 1)[0] + ".AAAA"
+    assert claims(shadow_jwt(forged, secret, rename))["sub"] == "qwertyu"
+    assert shadow_jwt(forged, secret, rename).endswith(".AAAA")  # still refused by a server that checks
+    shadow = draw_shadow(bundle, random.Random(3))
+    assert all(signed_by_secret(u.token) for u in shadow.users)
+    assert {u.username for u in shadow.users} & {"Mike", "Saul", "hhm", "johndoe", "alicesmith"} == set()
+    assert "chef" in {u.username for u in shadow.users}  # named in the code's own identifiers: kept, as declared
+
+
+def test_every_external_scenario_declares_a_shadow():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent / "scenarios" / "external"
+    folders = [p for p in root.iterdir() if (p / "scenario.yaml").is_file()]
+    assert len(folders) >= 10
+    for folder in folders:
+        assert yaml.safe_load((folder / "scenario.yaml").read_text()).get("shadow"), folder.name

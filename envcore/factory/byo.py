@@ -31,7 +31,7 @@ from envcore.factory.yaml_positions import Positions
 from envcore.filetree import tree_problem
 from envcore.patching import PatchError, apply_patch, changed_lines
 from envcore.runner.databases import dump_text, is_sqlite_file
-from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser, ShadowValue
+from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser, ShadowInCode, ShadowValue
 from envcore.scenario.probes import Probe
 from envcore.scenario.spec import SiteRef, Trap
 
@@ -57,11 +57,20 @@ class ShadowDeclaration(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    users: bool = True
-    """Every user's username, user id, token and credential values (secret, login name, login form)."""
+    users: bool | list[str] = True
+    """Every user's username, user id, token and credential values (secret, login name, login form);
+    a list of usernames: those users' only (an app whose code names its administrator everywhere
+    keeps that one as it is)."""
     values: list[str | ShadowValue] = Field(default_factory=list)
     """More values: record ids and markers, file names, the app's secret; ``{value, keep}`` keeps a
     prefix (``{value: tok_5f1c, keep: 4}``)."""
+    code: list[str] = Field(default_factory=list)
+    """Python files (paths under ``app/``) where the app makes its users in code: the values are
+    replaced inside their string literals too, on the lines a patch leaves as they were, and values
+    shorter than four characters (an id ``"2"``, a name ``bob``) as whole words."""
+    jwt_secret: str | None = None
+    """The HS256 secret the app signs its bearer tokens with, when the users' tokens are JWTs that
+    name them: each is signed anew for the shadow's users."""
 
 
 class ScenarioMetadata(BaseModel):
@@ -109,9 +118,20 @@ def shadow_values(meta: ScenarioMetadata, files: dict[str, str], problems: list[
     if meta.shadow is None:
         return ()
     found: dict[str, ShadowValue] = {}
+    declared = set(meta.shadow.code)
+    for path in meta.shadow.code:
+        if not path.endswith(".py") or path not in files:
+            problems.append(f"{METADATA}: shadow: code: {path!r} is not a Python file of the app (paths are under app/)")
     if meta.shadow.users:
-        code = {path: text for path, text in files.items() if path.endswith(".py")}
+        code = {path: text for path, text in files.items() if path.endswith(".py") and path not in declared}
+        chosen = meta.shadow.users
+        if isinstance(chosen, list):
+            known = {u.username for u in meta.users}
+            problems += [f"{METADATA}: shadow: users: {name!r} is not a user of the scenario"
+                         for name in chosen if name not in known]
         for user in meta.users:
+            if isinstance(chosen, list) and user.username not in chosen:
+                continue
             for value in _user_values(user):
                 prefix = _PREFIX.match(value)
                 found.setdefault(value, ShadowValue(value=value, keep=len(prefix.group(0)) if prefix else 0))
@@ -120,7 +140,8 @@ def shadow_values(meta: ScenarioMetadata, files: dict[str, str], problems: list[
                 if where is not None and len(value) >= 4:
                     problems.append(f"{METADATA}: shadow: {user.username}'s {'name' if value == user.username else 'token'} "
                                     f"{value!r} is written in app/{where}, so grading cannot replace it: keep the "
-                                    "users in a data file the app reads (data/users.json, say), or set shadow.users: false")
+                                    "users in a data file the app reads (data/users.json, say), list the file where "
+                                    "the code makes them under shadow.code, or set shadow.users: false")
     for item in meta.shadow.values:
         declared = item if isinstance(item, ShadowValue) else ShadowValue(value=item)
         found.setdefault(declared.value, declared)
@@ -299,6 +320,8 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
         traps=tuple(meta.traps),
         metrics=BundleMetrics(**metrics, score=score),
         shadow_values=shadows,
+        shadow_in_code=(ShadowInCode(files=tuple(meta.shadow.code), jwt_secret=meta.shadow.jwt_secret)
+                        if meta.shadow is not None and (meta.shadow.code or meta.shadow.jwt_secret) else None),
     )
     return bundle.with_id()
 
@@ -346,6 +369,10 @@ def export_bundle_dir(bundle: Bundle, folder: str | Path) -> Path:
     if bundle.shadow_values:  # listed as they are: the users' values are among them already
         meta["shadow"] = {"users": False, "values": [
             item.value if item.keep == 0 else item.model_dump() for item in bundle.shadow_values]}
+        if bundle.shadow_in_code is not None:
+            meta["shadow"].update({"code": list(bundle.shadow_in_code.files)} if bundle.shadow_in_code.files else {})
+            meta["shadow"].update({"jwt_secret": bundle.shadow_in_code.jwt_secret}
+                                  if bundle.shadow_in_code.jwt_secret else {})
     for rel, text in bundle.files.items():
         target = folder / APP_DIR / rel
         target.parent.mkdir(parents=True, exist_ok=True)

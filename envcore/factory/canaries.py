@@ -284,7 +284,7 @@ def run_canaries(bundle: Bundle, runner: ProbeRunner, files: Mapping[str, str] |
     from envcore.verifier.shadow import regrade_files
 
     graded = graded_copy(bundle, content_hash)
-    source = AppSource(regrade_files(dict(files if files is not None else bundle.files), graded), bundle.entrypoint)
+    source = AppSource(regrade_files(dict(files if files is not None else bundle.files), graded, bundle), bundle.entrypoint)
     actors = actors_of(graded.users)
     knowledge = Knowledge.of(bundle)
     # the legitimate use a canary most likely breaks first (it stops there): by users the visible
@@ -334,13 +334,13 @@ def panel_rewards(bundle: Bundle, runner: ProbeRunner, *, canaries: Sequence[Can
                                      loaded=report.loaded, load_error=report.load_error)
         return float(compute_reward(RewardInputs(report=verification, steps_used=1, max_steps=8)).reward or 0.0)
 
-    source = AppSource(regrade_files(bundle.files, graded), bundle.entrypoint)
+    source = AppSource(regrade_files(bundle.files, graded, bundle), bundle.entrypoint)
     batches = [Batch(probes, isolate=True)] + [Batch(probes, canary_gate(c, knowledge, graded.users), isolate=True)
                                                for c in canaries]
     reports = runner.run_batches(source, batches, actors)
     out = {"untouched": reward(reports[0])}
     if bundle.reference_fix.strip():
-        fixed = AppSource(regrade_files(apply_patch(bundle.files, bundle.reference_fix), graded), bundle.entrypoint)
+        fixed = AppSource(regrade_files(apply_patch(bundle.files, bundle.reference_fix), graded, bundle), bundle.entrypoint)
         out["reference fix"] = reward(runner.run_batches(fixed, [Batch(probes, isolate=True)], actors)[0])
     out.update({c.name: reward(r) for c, r in zip(canaries, reports[1:])})
     return out

@@ -265,7 +265,7 @@ def check_shadow(ctx: CheckContext) -> list[str]:
         return []
     actors = _actors(shadow)
     problems = []
-    vulnerable = runner.run(AppSource(regrade_files(bundle.files, shadow), bundle.entrypoint), shadow.probes, actors)
+    vulnerable = runner.run(AppSource(regrade_files(bundle.files, shadow, bundle), bundle.entrypoint), shadow.probes, actors)
     if not vulnerable.loaded:
         return [f"the vulnerable app does not load on shadow data: {vulnerable.load_error}"]
     problems += [f"security probe {o.probe_id} passes on the vulnerable app on shadow data"
@@ -277,7 +277,7 @@ def check_shadow(ctx: CheckContext) -> list[str]:
             fixed = apply_patch(bundle.files, bundle.reference_fix)
         except PatchError:
             return problems  # reported by check_reference
-        report = runner.run(AppSource(regrade_files(fixed, shadow), bundle.entrypoint), shadow.probes, actors)
+        report = runner.run(AppSource(regrade_files(fixed, shadow, bundle), bundle.entrypoint), shadow.probes, actors)
         if not report.loaded:
             return problems + [f"the fixed app does not load on shadow data: {report.load_error}"]
         problems += [f"{o.kind.value} probe {o.probe_id} fails with the reference fix on shadow data: {o.failures[:2]}"

@@ -85,6 +85,18 @@ class BundleMetrics(_Model):
     """Weighted difficulty score; see ``envcore.factory.difficulty``."""
 
 
+class ShadowInCode(_Model):
+    """Identities an app keeps in its code, which a shadow replaces all the same (an app that makes
+    its users in code, and signs their tokens itself). See :mod:`envcore.verifier.shadow`."""
+
+    files: tuple[str, ...] = ()
+    """Code files (bundle paths) where the app makes its users: inside their string literals, on the
+    lines a patch left as they were, the shadow replaces the declared values as in a data file."""
+    jwt_secret: str | None = None
+    """The HS256 secret the app signs its bearer tokens with: a user's token that is a JWT signed with
+    it is signed anew, its claims shadowed, for the shadow's users."""
+
+
 class Bundle(_Model):
     """One compiled scenario. ``files`` is the vulnerable app as the agent first sees it."""
 
@@ -115,6 +127,16 @@ class Bundle(_Model):
     shadow_values: tuple[ShadowValue, ...] = ()
     """The identities grading replaces with fresh ones, everywhere but in the code, for every grading
     (empty: graded on the bundle's own data). Declared by whoever made the bundle."""
+    shadow_in_code: ShadowInCode | None = None
+    """Where the code holds identities the shadow replaces too (``None``: nowhere). Left out of every
+    dump when ``None``, so bundles written before it keep their content hash."""
+
+    @model_serializer(mode="wrap")
+    def _without_missing_shadow_in_code(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("shadow_in_code", ...) is None:
+            del data["shadow_in_code"]
+        return data
 
     @field_validator("bundle_version")
     @classmethod

@@ -51,7 +51,7 @@ def graded_source(bundle: Bundle, files: Mapping[str, str], graded: Bundle) -> A
     """The app as graded: the code of ``files`` with the data files of ``graded`` (a shadow or the
     bundle itself). ``graded_source(bundle, bundle.files, graded)`` is the trusted base a patch was
     made from, a template of which the sandbox may lend the run."""
-    return AppSource(regrade_files({p: t for p, t in files.items() if is_code(p)}, graded), bundle.entrypoint)
+    return AppSource(regrade_files({p: t for p, t in files.items() if is_code(p)}, graded, bundle), bundle.entrypoint)
 
 
 def read_workspace(workspace: Mapping[str, str] | str | Path) -> dict[str, str]:
