@@ -108,7 +108,7 @@ def training_run(tmp_path_factory, tiny_model):
         "tracking": {"project": "a01-test", "dir": str(root / "trackio")},
         "output": {"adapter_dir": str(root / "adapters" / "{name}"), "run_dir": str(root / "training" / "{name}")},
         "evaluation": {"split": "test", "n": 2, "max_steps": 3, "max_new_tokens": 16, "parallel": 2,
-                       "baselines": ["artifacts/evals/v4/heuristic"]},
+                       "baselines": ["artifacts/evals/v5/heuristic"]},
     }
     path = root / "train.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -23,13 +23,13 @@ from envcore.env.sampler import CurriculumSampler
 # split), and ones it cannot: a tenant leak, a mass assignment, and a missing admin check in an app
 # with a colleague directory its blanket ownership checks break.
 HEURISTIC_FIXES = {
-    "b75ab073f50f9a1d": "idor_write, tier 1", "528955020efc48c3": "idor_write, tier 3",
-    "97f4691e8d9f3d24": "missing admin check, @admin_required", "9780aba2bfbf2656": "forced browsing, Depends(require_admin)",
-    "360a8c3966b5b8d8": "missing admin check, ensure_admin, tier 3", "90f7a3e3968ca9f0": "list leak",
-    "97a8f23d42b3799a": "open redirect",
+    "f7b3b2e281889b1c": "idor_write, tier 1", "ba035023b6de6bc0": "idor_write, tier 3",
+    "297a7bc03303f964": "missing admin check, @admin_required", "0174ea811eca941e": "forced browsing, Depends(require_admin)",
+    "0ab94b196a5d912c": "missing admin check, ensure_admin, tier 3", "e63df45a7400452b": "list leak",
+    "78e953aed41d3465": "open redirect",
 }
-HEURISTIC_MISSES = {"2e29e1766311d474": "tenant_leak", "abd4ef03b166dd6e": "mass_assignment",
-                    "6a2c4e38b301ae59": "missing_admin_check with a directory decoy"}
+HEURISTIC_MISSES = {"5951e20c262e6f65": "tenant_leak", "1e33350b9c775db7": "mass_assignment",
+                    "b2f51963424b1350": "missing_admin_check with a directory decoy"}
 
 @pytest.fixture(scope="module")
 def env(shipped, sandbox):

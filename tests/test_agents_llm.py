@@ -31,7 +31,7 @@ from tests.test_env_server import serve_in_thread
 from tests.test_eval import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = "b75ab073f50f9a1d"  # idor_write, tier 1, test split
+SCENARIO = "f7b3b2e281889b1c"  # idor_write, tier 1, test split
 
 
 @pytest.fixture(scope="module")

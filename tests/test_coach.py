@@ -16,7 +16,7 @@ from envcore.scenario.probes import ProbeKind
 from envcore.server.sessions import SessionError, SessionHub
 from ui import teaching_view
 
-IDOR_READ = "955c6af7b3885a6f"
+IDOR_READ = "ab8f867487219d4e"
 """A training scenario: zoe.lindqvist70 owns note 32963; rosa.berg48 reads it (the hidden exploit)."""
 OWNER, PROBE_ATTACKER, OTHER_USER, ADMIN = "zoe.lindqvist70", "rosa.berg48", "viktor.kim89", "hana.moreau66"
 NOTE = "/api/notes/32963"
@@ -182,7 +182,8 @@ def test_a_test_split_scenario_tells_its_exploit_in_words_only(shipped):
         text = hint_text(bundle, "exploit", "words")
         assert not any(part in text for part in hidden), (bundle.scenario_id, text)
         full = hint_text(bundle, "exploit", "full")
-        assert any(part in full for part in hidden)  # the full hint names the request itself
+        first = next(p for p in bundle.probes if p.kind == ProbeKind.SECURITY)
+        assert f"`{first.steps[0].request_line}`" in full  # the full hint names the request itself
     assert checked >= 20
 
 
@@ -193,14 +194,16 @@ def test_the_debrief_replays_the_exploit_before_and_after_and_names_the_bug(hub,
     hub.step(play, {"tool": "submit"})
     debrief = hub.debrief(play)
     assert debrief["category"]["name"] == "solved" and debrief["cwe"] == ["CWE-639"]
-    # every exploit, the attacker's and the same tried by a second user
-    assert len(debrief["replays"]) == sum(p.kind == "security" for p in bundle.probes) == 2
+    # every exploit: the attacker's, the same tried by a second user, and the other way round
+    assert len(debrief["replays"]) == sum(p.kind == "security" for p in bundle.probes) == 3
     replay = debrief["replays"][0]
     assert not replay["before"].passed and replay["before"].steps[0].status == 200
     assert replay["after"].passed and replay["after"].steps[0].status == 403
     card = teaching_view.debrief_markdown(debrief).replace("\\", "")  # as it reads, Markdown escapes aside
     assert "Insecure direct object reference (read)" in card and "CWE-639 Authorization Bypass" in card
-    assert "32963" in card and "rosa.berg48" in card  # a training scenario shows the request itself
+    first = next(p for p in bundle.probes if p.kind == "security").steps[0]
+    record_id = first.path.rsplit("/", 1)[-1]
+    assert record_id in card and first.actor in card  # a training scenario shows the request itself
     assert "raise HTTPException" in teaching_view.reference_fix_html(debrief)
 
 

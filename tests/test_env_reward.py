@@ -161,10 +161,10 @@ def test_breaking_the_app_is_worse_than_nothing(rewards):
 # Scenarios whose two vulnerable sites are fixed by separate hunks of the reference fix (found by
 # verifying each hunk alone; other multi-site scenarios share one helper for both sites).
 TWO_SITE_SCENARIOS = {
-    "idor_read": "e622a191f402f34a",
-    "idor_write": "96d931d4026c730b",
-    "missing_admin_check": "42b8dae74cf5d404",
-    "sensitive_exposure": "0a550468e2129f98",
+    "idor_read": "8ccbcd3eda7d1f0d",
+    "idor_write": "562877badc2d1f03",
+    "missing_admin_check": "82625e583f5b8582",
+    "sensitive_exposure": "dae16cc64b0d8d97",
 }
 
 

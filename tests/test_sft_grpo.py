@@ -17,7 +17,7 @@ import yaml
 from envcore.training.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = ["ec5cd426d21e0212", "d55985ac754dc9a3"]  # open_redirect and missing_admin_check, tier 1, train
+SCENARIOS = ["71fb26094b3459de", "4212d59cb1c5f644"]  # open_redirect and missing_admin_check, tier 1, train
 
 
 def _run(args: list[str], timeout: int = 900) -> subprocess.CompletedProcess:

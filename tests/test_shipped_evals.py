@@ -20,14 +20,17 @@ from envcore.agents.evaluate import scenario_domains, summarize
 from envcore.env.episode_log import read_episodes
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ROOT / "artifacts" / "evals" / "v2"
+EVALS = ROOT / "artifacts" / "evals"
+CACHES = ("v2", "v5")
+"""The caches the baselines were played on: the first the benchmark shipped with, and the newest."""
 BASELINE_RUNS = ("oracle", "noop", "deny_all", "random", "heuristic")
 LLM_RUNS = ("tiny-random-llm",)
+RUNS = [f"{cache}/{agent}" for cache in CACHES for agent in (*BASELINE_RUNS, *LLM_RUNS)]
 
 
 @functools.cache
 def load(name):
-    folder = RUNS / name
+    folder = EVALS / name
     return json.loads((folder / "summary.json").read_text()), list(read_episodes(folder / "episodes.jsonl.gz"))
 
 
@@ -41,13 +44,13 @@ def _close(a, b):
     return a == b
 
 
-@pytest.mark.parametrize("name", [*BASELINE_RUNS, *LLM_RUNS, "../v4/heuristic"])
+@pytest.mark.parametrize("name", RUNS)
 def test_a_shipped_run_covers_the_test_split_as_it_is_and_its_summary_is_its_log(name):
     from envcore.cache import ScenarioCache
 
     summary, records = load(name)
     shipped = ScenarioCache.open(ROOT / "artifacts" / "scenarios" / summary["run"]["cache"])
-    assert (RUNS / name).resolve().parent.name == summary["run"]["cache"]  # filed under the cache it was played on
+    assert (EVALS / name).resolve().parent.name == summary["run"]["cache"]  # filed under the cache it was played on
     test_ids = set(shipped.ids(split="test"))
     assert {r.scenario_id for r in records} == test_ids and len(records) == len(test_ids)
     hashes = {scenario_id: shipped.load(scenario_id).content_hash() for scenario_id in test_ids}
@@ -58,36 +61,37 @@ def test_a_shipped_run_covers_the_test_split_as_it_is_and_its_summary_is_its_log
     assert _close({k: v for k, v in summary.items() if k != "run"}, again)
 
 
-def test_the_shipped_runs_show_the_benchmark_discriminates():
-    full = {name: load(name)[0]["overall"]["full_fix"]["mean"] for name in BASELINE_RUNS}
-    reward = {name: load(name)[0]["overall"]["reward"]["mean"] for name in BASELINE_RUNS}
+@pytest.mark.parametrize("cache", CACHES)
+def test_the_shipped_runs_show_the_benchmark_discriminates(cache):
+    full = {name: load(f"{cache}/{name}")[0]["overall"]["full_fix"]["mean"] for name in BASELINE_RUNS}
+    reward = {name: load(f"{cache}/{name}")[0]["overall"]["reward"]["mean"] for name in BASELINE_RUNS}
     assert full["oracle"] == 1.0
     assert full["noop"] == 0.0 and reward["noop"] <= 0
     assert full["deny_all"] == 0.0 and reward["deny_all"] <= 0
     assert 0.0 < full["heuristic"] < 1.0 and full["random"] < full["heuristic"]
-    by_tier = load("heuristic")[0]["by"]["tier"]
+    by_tier = load(f"{cache}/heuristic")[0]["by"]["tier"]
     rates = [by_tier[t]["full_fix"]["mean"] for t in ("1", "2", "3")]
     assert rates[0] > rates[1] > rates[2], f"heuristic full-fix rate by tier: {rates}"
 
 
-# -- cache v3: the style-held-out split and the external split -----------------------------------
-V3 = ROOT / "artifacts" / "scenarios" / "v3"
-V3_RUNS = [(split, agent) for split in ("test_styles", "external") for agent in BASELINE_RUNS] + [
-    ("external", "tiny-random-llm")]
+# -- the style-held-out split and the external split (caches v3 and v5) ----------------------------
+HELDOUT_CACHES = ("v3", "v5")
+HELDOUT_RUNS = [(cache, split, agent) for cache in HELDOUT_CACHES for split in ("test_styles", "external")
+                for agent in BASELINE_RUNS] + [(cache, "external", "tiny-random-llm") for cache in HELDOUT_CACHES]
 
 
 @functools.cache
-def load_v3(split, agent):
-    folder = ROOT / "artifacts" / "heldout" / "v3" / split / agent
+def load_heldout(cache, split, agent):
+    folder = ROOT / "artifacts" / "heldout" / cache / split / agent
     return json.loads((folder / "summary.json").read_text()), list(read_episodes(folder / "episodes.jsonl.gz"))
 
 
-@pytest.mark.parametrize("split,agent", V3_RUNS, ids=[f"{s}/{a}" for s, a in V3_RUNS])
-def test_a_v3_run_covers_its_split_as_it_is_and_its_summary_is_its_log(split, agent):
+@pytest.mark.parametrize("version,split,agent", HELDOUT_RUNS, ids=[f"{c}/{s}/{a}" for c, s, a in HELDOUT_RUNS])
+def test_a_held_out_run_covers_its_split_as_it_is_and_its_summary_is_its_log(version, split, agent):
     from envcore.cache import ScenarioCache
 
-    cache = ScenarioCache.open(V3)
-    summary, records = load_v3(split, agent)
+    cache = ScenarioCache.open(ROOT / "artifacts" / "scenarios" / version)
+    summary, records = load_heldout(version, split, agent)
     ids = set(cache.ids(split=split))
     assert ids and {r.scenario_id for r in records} == ids and len(records) == len(ids)
     stale = [r.scenario_id for r in records if r.scenario_hash != cache.load(r.scenario_id).content_hash()]
@@ -97,9 +101,12 @@ def test_a_v3_run_covers_its_split_as_it_is_and_its_summary_is_its_log(split, ag
     assert _close({k: v for k, v in summary.items() if k != "run"}, again)
 
 
-def test_the_style_held_out_split_discriminates_and_is_harder_for_the_heuristic():
-    full = {agent: load_v3("test_styles", agent)[0]["overall"]["full_fix"]["mean"] for agent in BASELINE_RUNS}
-    reward = {agent: load_v3("test_styles", agent)[0]["overall"]["reward"]["mean"] for agent in BASELINE_RUNS}
-    assert full["oracle"] == 1.0 and load_v3("external", "oracle")[0]["overall"]["full_fix"]["mean"] == 1.0
+@pytest.mark.parametrize("version", HELDOUT_CACHES)
+def test_the_style_held_out_split_discriminates_and_is_harder_for_the_heuristic(version):
+    full = {agent: load_heldout(version, "test_styles", agent)[0]["overall"]["full_fix"]["mean"] for agent in BASELINE_RUNS}
+    reward = {agent: load_heldout(version, "test_styles", agent)[0]["overall"]["reward"]["mean"]
+              for agent in BASELINE_RUNS}
+    assert full["oracle"] == 1.0 and load_heldout(version, "external", "oracle")[0]["overall"]["full_fix"]["mean"] == 1.0
     assert full["noop"] == 0.0 and reward["noop"] <= 0 and full["deny_all"] == 0.0 and reward["deny_all"] < 0
-    assert 0 < full["heuristic"] < load("heuristic")[0]["overall"]["full_fix"]["mean"]
+    tested_on = {"v3": "v2", "v5": "v5"}[version]  # the test split the held-out one is compared with
+    assert 0 < full["heuristic"] < load(f"{tested_on}/heuristic")[0]["overall"]["full_fix"]["mean"]

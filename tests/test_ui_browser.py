@@ -263,7 +263,7 @@ def test_a_rollout_is_opened_and_stepped_through_side_by_side(page):
     shot(page, "watch-side-by-side")
 
     # a live run plays a scenario of the cache the Space serves: one of the run made on it
-    choose(page, "watch-left-set", "Heuristic baseline (scripted) · evals/v4")
+    choose(page, "watch-left-set", "Heuristic baseline (scripted) · evals/v5")
     page.wait_for_function("() => document.querySelector('#watch-left-title').innerText.includes('heuristic')")
     page.get_by_text("Run an agent live on this scenario").click()
     choose(page, "watch-live-agent", "heuristic")

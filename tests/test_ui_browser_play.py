@@ -23,7 +23,7 @@ from tests.browser_kit import (
 
 skip_unless_wanted()
 
-IDOR_READ = "955c6af7b3885a6f"
+IDOR_READ = "ab8f867487219d4e"
 """A training scenario: zoe.lindqvist70 owns note 32963 and viktor.kim89 must not read it."""
 
 

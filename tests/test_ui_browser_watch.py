@@ -167,7 +167,7 @@ def long_heuristic_scenario() -> tuple[str, int]:
     from tests.browser_kit import ROOT
     from ui.watch_tab import WatchController
 
-    records = WatchController(None, ROOT / "artifacts").records("evals/v4/heuristic")  # a run on the cache served
+    records = WatchController(None, ROOT / "artifacts").records("evals/v5/heuristic")  # a run on the cache served
     scenario = max(sorted(records), key=lambda sid: len(records[sid].steps))
     return scenario, len(records[scenario].steps)
 
@@ -176,7 +176,7 @@ def test_a_live_run_streams_its_steps_and_stop_leaves_the_episode_where_it_stopp
     scenario, steps = long_heuristic_scenario()
     assert steps >= 8
     # The live agent plays the scenario shown: a link opens the one wanted.
-    page = visit().open(f"{server}?set=evals/v4/heuristic&scenario={scenario}")
+    page = visit().open(f"{server}?set=evals/v5/heuristic&scenario={scenario}")
     wait_text(page, "watch-left-title", "heuristic")
     page.get_by_text("Run an agent live on this scenario").click()
     choose(page, "watch-live-agent", "heuristic")

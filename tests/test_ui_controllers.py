@@ -292,7 +292,7 @@ def test_extra_headers_reach_the_app_as_the_agents_headers_do(episode):
 
 def test_the_play_loop_teaches_checklist_hints_and_a_card_after_submit(episode):
     ctrl, sid = episode
-    out = ctrl.new_episode(sid, "any", "any", "any", "any", "955c6af7b3885a6f", None, 40, "tester")
+    out = ctrl.new_episode(sid, "any", "any", "any", "any", "ab8f867487219d4e", None, 40, "tester")
     assert "○ Reproduce the exploit" in out["checklist"] and "Next hint: Where to look" in out["hints"]
     ctrl.send_request(sid, "GET", "/api/notes/32963", "viktor.kim89", "")
     assert "✓ Reproduce the exploit" in ctrl.settle_checklist(sid)["checklist"]

@@ -354,7 +354,7 @@ def hub(shipped, sandbox):
 def live(hub, shipped):
     ctrl = WatchController(hub, ARTIFACTS)
     # a test scenario the heuristic plays in many steps (its shipped run on this cache says how many)
-    records = ctrl.records("evals/v4/heuristic")
+    records = ctrl.records("evals/v5/heuristic")
     scenario = max(sorted(records), key=lambda sid: len(records[sid].steps))
     assert scenario in shipped.ids(split="test") and len(records[scenario].steps) >= 5
     sid = ctrl.start_live(None, "heuristic", scenario)["live_sid"]
@@ -403,6 +403,16 @@ def test_a_new_start_stops_the_run_of_the_last_episode(live, shipped):
     next(run)
     ctrl.start_live(sid, "noop", shipped.ids(split="test")[1])
     assert len(list(run)) == 1  # it yields where it stands and ends
+
+
+def test_a_live_run_of_a_scenario_from_another_cache_is_refused_in_words(hub):
+    ctrl = WatchController(hub, ARTIFACTS)
+    old = sorted(ctrl.records("evals/v2/heuristic"))[0]  # a run played on cache v2
+    before = len(hub._sessions)
+    with pytest.raises(UserError, match=r"not one this Space serves.*Pick a run played on cache v5") as caught:
+        ctrl.start_live(None, "heuristic", old)
+    assert "artifacts/" not in str(caught.value)  # no server path in it
+    assert len(hub._sessions) == before  # the session opened for it kept no slot
 
 
 def test_a_failing_step_is_a_message_in_the_live_slot_not_an_error(live, monkeypatch):

@@ -392,6 +392,11 @@ class WatchController:
         except (SessionError, ResetError) as exc:
             if opened:  # a session opened for an agent that could not start must not keep its slot
                 self.hub.close(opened)
+            served = self.hub.runtime.cache
+            if scenario not in served.ids():  # a run of another cache: say so in words, not a path
+                raise UserError(f"Scenario {scenario} is not one this Space serves: the run shown was played on "
+                                f"another scenario cache. Pick a run played on cache {served.root.name} to watch an "
+                                "agent play its scenarios live.") from None
             raise UserError(str(exc)) from None
         ready = "Ready: press Next action for one step, or Run to the end."
         return {"live_sid": sid, **self._live_view(sid, ready)}

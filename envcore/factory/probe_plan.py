@@ -325,7 +325,7 @@ class PlannedProbes(NamedTuple):
 
 def plan_probes(ctx: ProbeContext, variant: Any) -> PlannedProbes:
     """Every probe of a scenario. The variant's probes are written first, so its ids come first (the
-    order the caches since v4 were built in: changing it changes every scenario's hash)."""
+    order caches v4 and v5 were built in: changing it changes every scenario's hash)."""
     security = variant.probes(ctx)
     return PlannedProbes(legitimate_use_probes(ctx), unseen_users_probes(ctx), security,
                          second_intruder_probes(ctx, security), victim_intruder_probes(ctx, security))

@@ -227,7 +227,7 @@ class EvaluationSection(_Section):
     parallel: int = Field(default=4, ge=1)
     base_model: bool = True
     """Also evaluate the base model without the adapter on the same scenarios (the paired comparison)."""
-    baselines: list[str] = Field(default_factory=lambda: ["artifacts/evals/v4/heuristic"])
+    baselines: list[str] = Field(default_factory=lambda: ["artifacts/evals/v5/heuristic"])
     """Shipped evaluation folders to compare the adapter with (paired on common scenarios)."""
 
 
