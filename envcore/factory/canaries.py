@@ -276,26 +276,49 @@ def graded_copy(bundle: Bundle, content_hash: str | None = None) -> Bundle:
     return shadow_for_check(bundle, content_hash) or bundle
 
 
+@dataclass(frozen=True)
+class PanelGround:
+    """What every canary run of one scenario shares: the check's shadow of it, its users' sessions,
+    and what a canary knows."""
+
+    bundle: Bundle
+    graded: Bundle
+    """:func:`graded_copy` of ``bundle``."""
+    actors: Any
+    knowledge: Knowledge
+
+    @classmethod
+    def of(cls, bundle: Bundle, content_hash: str | None = None) -> "PanelGround":
+        graded = graded_copy(bundle, content_hash)
+        return cls(bundle, graded, actors_of(graded.users), Knowledge.of(bundle))
+
+    def source(self, files: Mapping[str, str]) -> AppSource:
+        """``files`` (the app as shipped, patched or not) on the shadow's data."""
+        from envcore.verifier.shadow import regrade_files
+
+        return AppSource(regrade_files(dict(files), self.graded, self.bundle), self.bundle.entrypoint)
+
+    def gate(self, canary: Canary) -> Gate:
+        return canary_gate(canary, self.knowledge, self.graded.users)
+
+
 def run_canaries(bundle: Bundle, runner: ProbeRunner, files: Mapping[str, str] | None = None, *,
                  canaries: Sequence[Canary] = CANARIES, content_hash: str | None = None) -> list[CanaryVerdict]:
     """Every canary on ``bundle`` (the app as shipped, or ``files``), on shadow data, every probe on a
     fresh instance: legitimate use and guards first, stopping at the first one broken; the exploits
     only for a canary that broke none. ``content_hash``: the bundle's, when the caller has it."""
-    from envcore.verifier.shadow import regrade_files
-
-    graded = graded_copy(bundle, content_hash)
-    source = AppSource(regrade_files(dict(files if files is not None else bundle.files), graded, bundle), bundle.entrypoint)
-    actors = actors_of(graded.users)
-    knowledge = Knowledge.of(bundle)
+    ground = PanelGround.of(bundle, content_hash)
+    graded = ground.graded
+    source = ground.source(files if files is not None else bundle.files)
     # the legitimate use a canary most likely breaks first (it stops there): by users the visible
     # probes never act as, then writes; each probe on an instance of its own, so order changes no verdict
-    unseen = {u.username for i, u in enumerate(graded.users) if i not in knowledge.visible_positions}
+    unseen = {u.username for i, u in enumerate(graded.users) if i not in ground.knowledge.visible_positions}
     kept = tuple(sorted((p for p in graded.probes if p.kind in (ProbeKind.REGRESSION, ProbeKind.TRAP, ProbeKind.GUARD)),
                         key=lambda p: (not any(s.actor in unseen for s in p.steps),
                                        not any(s.method.upper() in WRITES for s in p.steps))))
     exploits = tuple(p for p in graded.probes if p.kind == ProbeKind.SECURITY)
-    first = runner.run_batches(source, [Batch(kept, canary_gate(c, knowledge, graded.users), True, isolate=True)
-                                        for c in canaries], actors)
+    first = runner.run_batches(source, [Batch(kept, ground.gate(c), True, isolate=True) for c in canaries],
+                               ground.actors)
     verdicts = []
     survivors = []
     for canary, report in zip(canaries, first):
@@ -304,8 +327,8 @@ def run_canaries(bundle: Bundle, runner: ProbeRunner, files: Mapping[str, str] |
         if broken is None:
             survivors.append((len(verdicts) - 1, canary))
     if survivors:
-        second = runner.run_batches(source, [Batch(exploits, canary_gate(c, knowledge, graded.users), isolate=True)
-                                             for _, c in survivors], actors)
+        second = runner.run_batches(source, [Batch(exploits, ground.gate(c), isolate=True) for _, c in survivors],
+                                    ground.actors)
         for (index, _), report in zip(survivors, second):
             passed = {o.probe_id for o in report.outcomes if o.passed}
             # an exploit is refused when every intruder who tries it is (the verifier counts so too)
@@ -322,29 +345,23 @@ def panel_rewards(bundle: Bundle, runner: ProbeRunner, *, canaries: Sequence[Can
     from envcore.env.reward import RewardInputs, compute_reward
     from envcore.patching import apply_patch
     from envcore.verifier.report import graded_report, tallies
-    from envcore.verifier.shadow import regrade_files
 
-    graded = graded_copy(bundle)
-    actors = actors_of(graded.users)
-    knowledge = Knowledge.of(bundle)
-    probes = tuple(graded.probes)
+    ground = PanelGround.of(bundle)
+    probes = tuple(ground.graded.probes)
 
     def reward(report: RunReport) -> float:
         verification = graded_report(bundle.scenario_id or "", tallies(report.outcomes, probes, loaded=report.loaded),
                                      loaded=report.loaded, load_error=report.load_error)
         return float(compute_reward(RewardInputs(report=verification, steps_used=1, max_steps=8)).reward or 0.0)
 
-    source = AppSource(regrade_files(bundle.files, graded, bundle), bundle.entrypoint)
-    batches = [Batch(probes, isolate=True)] + [Batch(probes, canary_gate(c, knowledge, graded.users), isolate=True)
-                                               for c in canaries]
-    reports = runner.run_batches(source, batches, actors)
+    batches = [Batch(probes, isolate=True)] + [Batch(probes, ground.gate(c), isolate=True) for c in canaries]
+    reports = runner.run_batches(ground.source(bundle.files), batches, ground.actors)
     out = {"untouched": reward(reports[0])}
     if bundle.reference_fix.strip():
-        fixed = AppSource(regrade_files(apply_patch(bundle.files, bundle.reference_fix), graded, bundle), bundle.entrypoint)
-        out["reference fix"] = reward(runner.run_batches(fixed, [Batch(probes, isolate=True)], actors)[0])
+        fixed = ground.source(apply_patch(bundle.files, bundle.reference_fix))
+        out["reference fix"] = reward(runner.run_batches(fixed, [Batch(probes, isolate=True)], ground.actors)[0])
     out.update({c.name: reward(r) for c, r in zip(canaries, reports[1:])})
     return out
-
 
 
 def render_panel(results: Mapping[str, Mapping[str, float]]) -> tuple[str, int]:
