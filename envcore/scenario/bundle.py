@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from envcore.scenario.credentials import Credentials
+from envcore.scenario.dumps import without_unset
 from envcore.scenario.probes import Probe, ProbeKind
 from envcore.scenario.spec import ScenarioSpec, SiteRef, Trap
 
@@ -49,10 +50,7 @@ class BundleUser(_Model):
 
     @model_serializer(mode="wrap")
     def _without_default_credentials(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("credentials", ...) is None:
-            del data["credentials"]
-        return data
+        return without_unset(handler(self), "credentials")
 
     def credential(self) -> Credentials:
         """The credentials requests as this user carry, with its own values filled in."""
@@ -133,10 +131,7 @@ class Bundle(_Model):
 
     @model_serializer(mode="wrap")
     def _without_missing_shadow_in_code(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("shadow_in_code", ...) is None:
-            del data["shadow_in_code"]
-        return data
+        return without_unset(handler(self), "shadow_in_code")
 
     @field_validator("bundle_version")
     @classmethod

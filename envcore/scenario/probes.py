@@ -40,6 +40,8 @@ from pydantic import (
     model_validator,
 )
 
+from envcore.scenario.dumps import without_unset
+
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 """Methods a probe step may use."""
 
@@ -196,10 +198,7 @@ class Probe(_Wire):
 
     @model_serializer(mode="wrap")
     def _without_missing_repeats(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("repeats", ...) is None:
-            del data["repeats"]
-        return data
+        return without_unset(handler(self), "repeats")
 
     @model_validator(mode="after")
     def _repeats_only_exploits(self) -> "Probe":
