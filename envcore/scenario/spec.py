@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
+from envcore.scenario.dumps import without_unset
+
 SPEC_VERSION = 1
 """Bump when the meaning of a spec field changes."""
 
@@ -256,10 +258,7 @@ class Trap(_Model):
 
     @model_serializer(mode="wrap")
     def _without_missing_name(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        if self.name is None:
-            data.pop("name", None)
-        return data
+        return without_unset(handler(self), "name")
 
     @property
     def key(self) -> str:
