@@ -92,7 +92,8 @@ def test_tampered_bundle_is_detected_and_named(cache_dir):
 def test_tampered_probe_expectation_is_detected(cache_dir):
     cache, sid, path = _first(cache_dir)
     data = json.loads(gzip.decompress(path.read_bytes()))
-    data["probes"][-1]["steps"][0]["expect"] = []  # make a security probe accept anything
+    step = next(st for p in data["probes"] if p["kind"] == "security" for st in p["steps"] if st.get("expect"))
+    step["expect"] = []  # make a security probe accept anything
     path.write_bytes(gzip.compress(json.dumps(data).encode()))
     with pytest.raises(CorruptEntryError, match="hash mismatch"):
         cache.load(sid)
