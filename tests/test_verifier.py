@@ -11,9 +11,9 @@ from envcore.factory.codegen import render_app
 from envcore.factory.lazy_fixes import lazy_fix_files
 from envcore.patching import apply_patch
 from envcore.sandbox import Sandbox
+from envcore.scenario.probes import exploit_of
 from envcore.verifier import Resolution, Tally, resolve, verify
 from envcore.verifier.report import score
-
 from tests.test_sandbox import entry_path, with_entry_code
 
 
@@ -65,7 +65,10 @@ def test_fixing_one_of_two_sites_is_partial(sandbox, shipped):
 
 
 def test_deny_all_is_not_a_fix(sandbox, shipped):
-    bundle = shipped.load(shipped.ids()[1])
+    # a scenario whose users sign every request themselves (where they log in first, deny-all refuses
+    # the login too, and an intruder who cannot sign in tries no exploit at all)
+    bundle = next(b for b in map(shipped.load, shipped.ids()[:40])
+                  if not any(u.credentials is not None and u.credentials.kind == "login" for u in b.users))
     files = lazy_fix_files(bundle.files, bundle.entrypoint, "deny_all", [s.path for s in bundle.sites])
     report = verify(bundle, files, sandbox=sandbox)
     assert report.resolution is Resolution.NO
@@ -90,7 +93,9 @@ def test_app_that_does_not_load_is_graded_no_with_its_error(sandbox, shipped, mu
     report = verify(bundle, files, sandbox=sandbox)
     assert report.outcome == "load_error" and needle in report.load_error
     assert report.resolution is Resolution.NO and report.reward == 0.0
-    assert report.security.total == len([p for p in bundle.probes if p.kind.value == "security"])
+    # every exploit counted failed, once however many intruders try it
+    exploits = {exploit_of(p) for p in bundle.probes if p.kind.value == "security"}
+    assert report.security.passed == 0 and report.security.total == len(exploits)
 
 
 def test_startup_failure_is_a_load_error(sandbox, shipped):
@@ -129,8 +134,8 @@ def test_closed_sandbox_is_an_infrastructure_error_with_no_reward(shipped):
 
 def test_exhausted_pool_is_an_infrastructure_error(shipped):
     from envcore.runner.base import AppSource
-    from envcore.sandbox import LiveApp
     from envcore.runner.http import HttpRequest
+    from envcore.sandbox import LiveApp
 
     bundle = shipped.load(shipped.ids()[0])
     with Sandbox(warm_up=False, spares=0, max_workers=1, pool_wait_s=0.2) as box:

@@ -38,6 +38,7 @@ Choices:
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -139,9 +140,24 @@ def display_names(info: dict[str, data.SetInfo]) -> dict[str, str]:
     return names
 
 
+_CACHE_RUN = re.compile(r"^evals/v(\d+)/(.+)$")
+
+
 def default_shown(sets: list[artifact_sets.RolloutSet]) -> list[str]:
-    """The sets shown at first: all but training runs' own rollouts (they play training scenarios)."""
-    return [s.name for s in sets if set_info(s).standing != "unranked"]
+    """The sets shown at first: all but training runs' own rollouts (they play training scenarios),
+    and of an agent evaluated on several caches (``evals/v2/heuristic``, ``evals/v5/heuristic``) only
+    its run on the newest; the others stay a click away."""
+    newest: dict[str, int] = {}
+    for s in sets:
+        match = _CACHE_RUN.match(s.name)
+        if match:
+            newest[match.group(2)] = max(newest.get(match.group(2), 0), int(match.group(1)))
+
+    def superseded(name: str) -> bool:
+        match = _CACHE_RUN.match(name)
+        return bool(match) and int(match.group(1)) < newest[match.group(2)]
+
+    return [s.name for s in sets if set_info(s).standing != "unranked" and not superseded(s.name)]
 
 
 # ----- the headline card -------------------------------------------------------------------------------
