@@ -92,8 +92,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             served = served_scenarios(args.url, split=split, cache=cache)
         except EvaluationError as exc:
             raise SystemExit(str(exc)) from None
-        total = len(served if args.n is None else served[:args.n])
+        chosen: list[str] | None = served if args.n is None else served[:args.n]
+        total = len(chosen)
     else:
+        chosen = None  # the split's first n, picked by the run itself
         total = len(evaluation_episodes(cache, split=split, n=args.n))
     llm = LLMOptions(model=args.model, adapter=args.adapter, max_new_tokens=args.max_new_tokens,
                      temperature=args.temperature, base_url=args.base_url)
@@ -101,6 +103,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         with progress_bar(max(total, 1), f"eval {args.name or args.agent}") as update:
             run = evaluate_into(args.out, args.agent, cache=cache, split=args.split, n=args.n, llm=llm, name=args.name,
                                 parallel=args.parallel, urls=args.url or None, max_steps=args.max_steps,
+                                scenarios=chosen,
                                 compress=args.compress, progress=update)
     except EvaluationError as exc:
         raise SystemExit(str(exc)) from None
