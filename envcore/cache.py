@@ -267,3 +267,10 @@ class ScenarioCache:
 
     def split_of(self, scenario_id: str) -> str:
         return self.row(scenario_id)["split"]
+
+    def splits(self) -> list[str]:
+        """The splits this cache holds, in a reader's order: ``train``, ``val``, ``test`` first (those it
+        has), then the others (``test_styles``, ``external`` ...) by name."""
+        present = {str(row.get("split")) for row in self.rows if row.get("split")}
+        usual = [name for name in ("train", "val", "test") if name in present]
+        return usual + sorted(present - set(usual))

@@ -373,3 +373,21 @@ def test_new_weights_apply_from_the_next_draw(shipped):
     sampler.weights = SamplingWeights(by_bug_class={"tenant_leak": 0.0})
     after = {sampler.choose(seed=s)[0].bug_class for s in range(60)}
     assert "tenant_leak" not in after and after
+
+
+# --- every split of the cache ------------------------------------------------------------------
+
+
+def test_a_reset_takes_every_split_the_cache_holds_and_names_them_when_refused(shipped, sandbox):
+    from envcore.env.environment import A01Environment, ResetError, Runtime
+
+    assert shipped.splits() == ["train", "val", "test", "external", "test_styles"]
+    env = A01Environment(Runtime(sampler=CurriculumSampler(shipped), sandbox=sandbox))
+    try:
+        for split in shipped.splits():
+            observation = env.reset(seed=3, split=split)
+            assert observation.error is None and shipped.split_of(env.state.scenario_id) == split, split
+        with pytest.raises(ResetError, match="test_styles, external|external, test_styles"):
+            env.reset(seed=3, split="nope")
+    finally:
+        env.close()

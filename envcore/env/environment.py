@@ -44,7 +44,6 @@ from envcore.verifier.disclosure import disclose, disclosure_for
 from envcore.version import PACKAGE_VERSION
 
 MAX_STEPS_LIMIT = 200
-SPLITS = ("train", "val", "test")
 
 
 class ResetError(ValueError):
@@ -183,8 +182,9 @@ class A01Environment(MCPEnvironment):
             raise ResetError(f"unknown reset options: {_shown(sorted(unknown))}; known: seed, episode_id, split, "
                              "tier, bug_class, domain, scenario, agent_id, max_steps")
         split = None if split in (None, "any") else split
-        if split is not None and split not in SPLITS:
-            raise ResetError(f"split must be one of {', '.join(SPLITS)} or 'any', not {_shown(split)}")
+        splits = self.runtime.cache.splits()
+        if split is not None and split not in splits:
+            raise ResetError(f"split must be one of {', '.join(splits)} or 'any', not {_shown(split)}")
         for name, value in (("episode_id", episode_id), ("bug_class", bug_class), ("domain", domain),
                             ("scenario", scenario), ("agent_id", agent_id)):
             if value is not None and (not isinstance(value, str) or _LONE_SURROGATE.search(value)):
