@@ -39,12 +39,24 @@ from fastapi import FastAPI  # noqa: E402
 
 from envcore.env.environment import default_runtime  # noqa: E402
 from envcore.env.server import create_env_app  # noqa: E402
+from envcore.sandbox import posture  # noqa: E402
+from envcore.sandbox.posture import allowed_missing  # noqa: E402
 from envcore.server.guard import DEFAULT_MAX_WS_MESSAGE_BYTES, env_bytes  # noqa: E402
+from envcore.server.storage import data_dir  # noqa: E402
 from envcore.settings import SettingError  # noqa: E402
 
 
 def build_app() -> FastAPI:
+    """The served app. Says on stderr, before it listens, what protects the grader here and where the
+    server writes (:mod:`envcore.sandbox.posture`, :mod:`envcore.server.storage`)."""
+    allowed_missing()  # a bad A01_ALLOW_REDUCED_SANDBOX stops the start like any other bad setting
     runtime = default_runtime()
+    found = posture.current()
+    print(f"app.py: {found.summary()}", file=sys.stderr, flush=True)
+    if not found.grading:
+        print(f"app.py: grading is REFUSED until this is fixed or {posture.ALLOW_VARIABLE} is set "
+              "(docs/deploy.md); /health answers 503", file=sys.stderr, flush=True)
+    print(f"app.py: {data_dir().describe()}", file=sys.stderr, flush=True)
     app = create_env_app(runtime)
     if os.environ.get("A01_UI", "1") == "0":
         return app

@@ -56,6 +56,7 @@ CSS = """
 .gradio-container {max-width: 1400px !important}
 .a01-msg p {margin: 2px 0 !important}
 .a01-msg {color: #8a4b00; min-height: 0 !important}
+.a01-posture p {margin: 0 !important; font-size: 0.85em; opacity: 0.8}
 @media (max-width: 600px) {
   .gradio-container {padding: 0 6px !important}
   .tab-container button {padding: 0 7px !important; font-size: 14px !important}
@@ -69,6 +70,7 @@ def build_ui(hub: SessionHub, artifacts: Path = ARTIFACTS) -> gr.Blocks:
     domains = sorted({row.get("domain", "unknown") for row in cache.rows})
     with gr.Blocks(title=TITLE) as demo:
         gr.Markdown(INTRO, elem_id="intro")
+        gr.Markdown(hub.sandbox_line(), elem_id="sandbox-posture", elem_classes=["a01-posture"])
         with gr.Tabs() as tabs:
             with gr.Tab("Play", id="play", elem_id="tab-play"):
                 play = play_tab.build(hub, bug_classes=bug_classes, domains=domains)

@@ -93,9 +93,13 @@ class Runtime:
         except ValueError as exc:
             raise SettingError(f"A01_WEIGHTS: {exc}") from None
         log_path = os.environ.get("A01_EPISODE_LOG")
+        try:
+            logger = EpisodeLogger(log_path) if log_path else None
+        except OSError as exc:
+            raise SettingError(f"A01_EPISODE_LOG: cannot write {log_path!r} ({exc.strerror})") from None
         values: dict[str, Any] = {
             "sampler": CurriculumSampler(cache, weights),
-            "logger": EpisodeLogger(log_path) if log_path else None,
+            "logger": logger,
             "max_steps": positive_int("A01_MAX_STEPS", DEFAULT_MAX_STEPS),
         }
         values.update(overrides)

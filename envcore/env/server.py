@@ -45,12 +45,20 @@ from fastapi.responses import Response
 from openenv.core.env_server.exceptions import SessionCapacityError
 from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import ConcurrencyConfig, ServerMode
+from openenv.core.env_server.types import (
+    ConcurrencyConfig,
+    EnvironmentMetadata,
+    HealthResponse,
+    HealthStatus,
+    ServerMode,
+)
+from pydantic import ConfigDict
 from starlette.exceptions import HTTPException
 
 from envcore.env.actions import A01Action, A01Observation, A01State
 from envcore.env.environment import A01Environment, ResetError, Runtime, default_runtime
 from envcore.env.episode_log import EpisodeLogger
+from envcore.sandbox import posture
 from envcore.server.capped_log import CappedEpisodeLog
 from envcore.server.catalog import catalog_router
 from envcore.server.guard import (
@@ -156,6 +164,7 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
     app.add_exception_handler(RequestValidationError, _request_invalid)
     app.add_exception_handler(HTTPException, _http_error)
     app.include_router(catalog_router(runtime.cache, health=False))
+    _report_sandbox(app, make_env)
 
     @app.get("/capacity", tags=["catalog"])
     def capacity() -> dict[str, int]:
@@ -164,6 +173,56 @@ def create_env_app(runtime: Runtime | None = None, *, max_sessions: int | None =
         return {"max_sessions": sessions, "active_sessions": active, "available": max(sessions - active, 0)}
 
     return app
+
+
+class SandboxHealth(HealthResponse):
+    """OpenEnv's health answer with what protects the grader: ``healthy`` when apps are run and graded
+    (every layer, or a missing one the operator allowed), ``unhealthy`` (HTTP 503) when grading is
+    refused (see :mod:`envcore.sandbox.posture`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    sandbox: dict[str, Any]
+
+
+class SandboxMetadata(EnvironmentMetadata):
+    """OpenEnv's metadata with the sandbox's posture (the same as ``/health``'s)."""
+
+    sandbox: dict[str, Any]
+
+
+def sandbox_report() -> dict[str, Any]:
+    """The sandbox's posture as ``/health`` and ``/metadata`` give it (surveyed once per process)."""
+    found = posture.current()
+    return {key: value for key, value in found.to_json().items() if key != "layers"} | {
+        "layers": {k: v for k, v in found.layers.items() if k != "checks"}, "checks": found.layers.get("checks", {})}
+
+
+def _report_sandbox(app: FastAPI, make_env: Any) -> None:
+    """Put OpenEnv's ``/health`` and ``/metadata`` in place with ones that also say what protects the
+    grader (same paths, same fields, one more)."""
+    app.router.routes[:] = [route for route in app.router.routes
+                            if getattr(route, "path", None) not in ("/health", "/metadata")]
+
+    @app.get("/health", response_model=SandboxHealth, tags=["Health"], summary="Health check",
+             responses={503: {"model": SandboxHealth, "description": "grading is refused: a sandbox layer is missing"}})
+    def health(response: Response) -> SandboxHealth:
+        """``healthy`` while apps are run and graded; 503 ``unhealthy`` when a required sandbox layer is
+        missing and the operator did not allow it. ``sandbox`` says which layers are in force."""
+        report = sandbox_report()
+        if not report["grading"]:
+            response.status_code = 503
+        return SandboxHealth(status=HealthStatus.HEALTHY if report["grading"] else HealthStatus.UNHEALTHY,
+                             sandbox=report)
+
+    @app.get("/metadata", response_model=SandboxMetadata, tags=["Environment Info"], summary="Get environment metadata")
+    def metadata() -> SandboxMetadata:
+        """Name, description, README, version, and the sandbox's posture."""
+        env = make_env()
+        try:
+            base = env.get_metadata()
+        finally:
+            env.close()
+        return SandboxMetadata(**base.model_dump(), sandbox=sandbox_report())
 
 
 async def _reset_refused(request: Request, exc: Exception) -> Response:

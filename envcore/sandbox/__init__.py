@@ -22,6 +22,7 @@ _EXPORTS = {
     "AppLoadFailure": "envcore.sandbox.pool",
     "WorkerGone": "envcore.sandbox.pool",
     "ZygoteLost": "envcore.sandbox.pool",
+    "SandboxRefused": "envcore.sandbox.pool",
     "supported_platform": "envcore.sandbox.pool",
     "SandboxLimits": "envcore.sandbox.limits",
     "SandboxRunner": "envcore.sandbox.runner",
@@ -33,7 +34,8 @@ __all__ = [*_EXPORTS, "default_sandbox"]
 if TYPE_CHECKING:  # pragma: no cover
     from envcore.sandbox.limits import SandboxLimits
     from envcore.sandbox.live import LiveApp
-    from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone, ZygoteLost, supported_platform
+    from envcore.sandbox.pool import (AppLoadFailure, Sandbox, SandboxRefused, Worker, WorkerGone, ZygoteLost,
+                                      supported_platform)
     from envcore.sandbox.runner import SandboxRunner, run_sandboxed
 
 

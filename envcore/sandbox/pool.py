@@ -44,8 +44,10 @@ from envcore.filetree import tree_problem
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
 from envcore.runner.inprocess import AppLoadError, materialize
+from envcore.sandbox import posture
 from envcore.sandbox.containment import can_leave_idle_priority
 from envcore.sandbox.limits import SandboxLimits
+from envcore.sandbox.posture import workspace_parent
 from envcore.sandbox.templates import TemplateLink, TemplateLost, Templates
 from envcore.sandbox.wire import FrameReader, PeerClosed, WireError, WireTimeout, exchange, send_frame
 from envcore.sandbox.worker import request_to_json
@@ -57,7 +59,6 @@ MAX_PLAN_BYTES = 16 << 20
 ZYGOTE_START_TIMEOUT_S = 120.0
 COMPILED_CACHE_SIZE = 4096
 SPARE_READY_TIMEOUT_S = 60.0
-SHM_MIN_FREE_BYTES = 2 << 30
 SPAWN_ATTEMPTS = 3
 """Workers :meth:`Sandbox.spawn` starts for one app before calling the sandbox broken."""
 OUR_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
@@ -77,23 +78,13 @@ class WorkerGone(Exception):
     """The worker stopped serving: it crashed, hung past the deadline or broke the protocol."""
 
 
+class SandboxRefused(RunnerInfrastructureError):
+    """A worker came up without a layer the sandbox requires (:func:`envcore.sandbox.posture.refusal`)
+    and the operator did not allow it: the app is not run, so nothing is graded."""
+
+
 class ZygoteLost(RunnerInfrastructureError):
     """The zygote process is gone; the sandbox restarts it on the next spawn."""
-
-
-def workspace_parent() -> str:
-    """Where workers' folders go: ``$A01_SANDBOX_DIR``, else ``/dev/shm`` (memory-backed: creating
-    and deleting a worker's folder there is about four times faster than on an ext4 disk), else the
-    system's temporary folder. A worker can fill at most ``max_new_files`` x ``max_file_mb`` of it;
-    ``/dev/shm`` is used only when it has room for 2 GB."""
-    chosen = os.environ.get("A01_SANDBOX_DIR")
-    if chosen:
-        return chosen
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
-        stats = os.statvfs("/dev/shm")
-        if stats.f_bavail * stats.f_frsize >= SHM_MIN_FREE_BYTES:  # Docker's default 64 MB is too small
-            return "/dev/shm"
-    return tempfile.gettempdir()
 
 
 def _remove_stale_roots(parent_dir: str) -> None:
@@ -219,6 +210,10 @@ class Worker:
             raise AppLoadFailure(f"the app's process broke the protocol while loading: {exc}") from None
         self.containment = message.get("containment") or {}
         self.load_timings_ms = message.get("timings_ms") or {}
+        refused = posture.refusal(self.containment)
+        if refused:  # before anything of the app is used: no grading without the layers (or the opt-in)
+            self.close()
+            raise SandboxRefused(refused)
         if message.get("type") == "unswappable" and self.fallback is not None:
             # The patch changes more than function bodies: load it in a fresh worker instead.
             self.sandbox.stats["unswappable"] += 1

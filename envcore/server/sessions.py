@@ -61,9 +61,11 @@ from envcore.env.episode import DEFAULT_MAX_STEPS, ActionError
 from envcore.env.episode_log import EpisodeRecord
 from envcore.env.hints import hint_text, routes
 from envcore.feedback.categories import categorize, episode_facts
+from envcore.sandbox import posture
 from envcore.server.capped_log import DEFAULT_GENERATIONS, CappedEpisodeLog
 from envcore.server.guard import ClientPolicy, env_bytes, per_client_cap
-from envcore.settings import positive_int, seconds
+from envcore.server.storage import human_log_path
+from envcore.settings import SettingError, positive_int, seconds
 
 DEFAULT_TTL_S = 900.0
 DEFAULT_MAX_SESSIONS = 16
@@ -72,7 +74,6 @@ HUMAN_STEP_BUDGETS = (10, 200)
 """The step budgets a person may choose (the Play tab's slider; anything else is brought into it)."""
 DEFAULT_HUMAN_LOG_MAX_BYTES = 32 * 1024 * 1024
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-DEFAULT_HUMAN_LOG = ARTIFACTS / "human" / "episodes.jsonl"
 DEBRIEF_WAIT_S = 5.0
 """How long the debrief waits for the coach to finish judging the episode's last requests."""
 SCRIPTED_LIVE_AGENTS = ("heuristic", "random", "deny_all", "noop", "oracle")
@@ -165,12 +166,17 @@ class SessionHub:
     @classmethod
     def for_server(cls, server: Runtime, *, human_log: str | Path | None = None, **options: Any) -> SessionHub:
         """A hub whose play sessions share ``server``'s scenarios and sandbox and log human episodes to
-        ``human_log`` (default ``A01_HUMAN_LOG`` or ``artifacts/human/episodes.jsonl``; ``""``: none)."""
-        path = human_log if human_log is not None else os.environ.get("A01_HUMAN_LOG", str(DEFAULT_HUMAN_LOG))
+        ``human_log`` (default ``A01_HUMAN_LOG`` or ``human/episodes.jsonl`` in the data folder, see
+        :mod:`envcore.server.storage`; ``""``: none)."""
+        path = human_log if human_log is not None else human_log_path()
         cap = env_bytes("A01_HUMAN_LOG_MAX_BYTES", DEFAULT_HUMAN_LOG_MAX_BYTES)  # checked with or without a log
         generations = positive_int("A01_HUMAN_LOG_GENERATIONS", DEFAULT_GENERATIONS)
         visitor_bytes = env_bytes("A01_HUMAN_LOG_VISITOR_BYTES", max(1, cap // 8))
-        logger = CappedEpisodeLog(path, cap, generations=generations, visitor_bytes=visitor_bytes) if path else None
+        try:
+            logger = CappedEpisodeLog(path, cap, generations=generations, visitor_bytes=visitor_bytes) if path else None
+        except OSError as exc:
+            raise SettingError(f"A01_HUMAN_LOG: cannot write the human play log {str(path)!r} ({exc.strerror}); "
+                               "set A01_DATA_DIR or A01_HUMAN_LOG to a writable place, or A01_HUMAN_LOG= for none") from None
         runtime = Runtime(sampler=server.sampler, logger=logger,  # type: ignore[arg-type]  # writes like one
                           max_steps=DEFAULT_HUMAN_MAX_STEPS, source="human", parent=server)
         # Agents run live with the budget they are evaluated with, not the people's larger one.
@@ -423,6 +429,18 @@ class SessionHub:
             return env.record(env.episode.outcome or "abandoned")
 
     # ----- agents, live ------------------------------------------------------------------------
+    def sandbox_line(self) -> str:
+        """One line for the page on what protects the grader here (:mod:`envcore.sandbox.posture`)."""
+        found = posture.current()
+        if found.mode == "full":
+            return f"Every app runs in a sandbox: {', '.join(found.in_force())}."
+        missing = ", ".join(posture.LAYER_NAMES.get(m, m) for m in found.missing) or "the sandbox"
+        if found.mode == "reduced":
+            return (f"**Reduced sandbox:** {missing} not available on this host; the operator chose to grade "
+                    f"without it ({posture.ALLOW_VARIABLE}).")
+        return (f"**Grading is turned off on this host:** {found.problem or missing + ' not available'}. "
+                f"Episodes cannot be graded until the operator fixes it or sets {posture.ALLOW_VARIABLE}.")
+
     def live_agents(self) -> dict[str, LiveAgent]:
         """The agents the Watch tab can run live: the scripted baselines, each local model or adapter
         under ``artifacts/models`` and ``artifacts/adapters``, ``A01_UI_MODEL`` (a model folder) and
