@@ -12,7 +12,7 @@ import pytest
 from envcore.env.environment import ResetError, Runtime
 from envcore.env.episode_log import EpisodeLogger, read_episodes
 from envcore.env.sampler import CurriculumSampler
-from envcore.server.sessions import SessionHub, SessionLimit, UnknownSession, human_agent_id
+from envcore.server.sessions import SessionError, SessionHub, SessionLimit, UnknownSession, human_agent_id
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -188,6 +188,20 @@ def test_live_agents_always_include_the_scripted_baselines(hub):
     assert "validation" in agents["oracle"].label
     assert "model:tiny-random-llm" in agents  # the shipped tiny model
     assert "adapter:tiny-grpo" in agents  # the shipped adapter of the tiny training run
+
+
+def test_a_server_without_torch_lists_local_models_with_what_they_need_and_refuses_them_in_words(hub, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    agents = hub.live_agents()
+    local = [a for a in agents.values() if a.name.startswith(("model:", "adapter:"))]
+    assert local and all("needs torch" in a.label and "WITH_LOCAL_MODELS=1" in a.label for a in local)
+    session_id = hub.open("live")
+    with pytest.raises(SessionError, match="this server lacks torch"):
+        hub.start_agent(session_id, local[0].name, seed=1)
+    assert all(not agents[name].missing for name in ("heuristic", "noop", "oracle"))
 
 
 def test_the_shipped_adapter_plays_live(hub):

@@ -42,6 +42,7 @@ The UI imports this module, never the sandbox: the hub is the boundary between t
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import secrets
@@ -126,6 +127,24 @@ class LiveAgent:
     name: str
     label: str
     build: Callable[[], tuple[Callable[[], Agent], str]]
+    missing: str = ""
+    """What this server lacks to run it (``""``: nothing), said in its label and when it is started."""
+
+
+def local_model_support() -> str:
+    """``""`` when local transformers models can run here, else what to install: the Space's image
+    leaves out torch and transformers unless it is built with ``WITH_LOCAL_MODELS=1``."""
+    absent = [name for name in ("torch", "transformers") if not _installed(name)]
+    if not absent:
+        return ""
+    return f"{' and '.join(absent)} (pip install -r requirements/train.txt, or build the image with WITH_LOCAL_MODELS=1)"
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or blocked installation counts as none
+        return False
 
 
 def human_agent_id(nickname: str | None, session_id: str) -> str:
@@ -453,15 +472,19 @@ class SessionHub:
         models = [p for p in sorted((ARTIFACTS / "models").glob("*")) if (p / "config.json").is_file()]
         if os.environ.get("A01_UI_MODEL"):
             models.append(Path(os.environ["A01_UI_MODEL"]))
+        lacking = local_model_support()
+        needs = f"; needs {lacking}" if lacking else ""
         for path in models:
             agents[f"model:{path.name}"] = LiveAgent(
-                f"model:{path.name}", f"{path.name} (local model)",
-                lambda p=path: agent_factory("transformers", llm=LLMOptions(model=str(p), max_new_tokens=256)))
+                f"model:{path.name}", f"{path.name} (local model{needs})",
+                lambda p=path: agent_factory("transformers", llm=LLMOptions(model=str(p), max_new_tokens=256)),
+                missing=lacking)
         for path in sorted((ARTIFACTS / "adapters").glob("*")):
             if (path / "adapter_config.json").is_file():
                 agents[f"adapter:{path.name}"] = LiveAgent(
-                    f"adapter:{path.name}", f"{path.name} (trained LoRA adapter)",
-                    lambda p=path: agent_factory("transformers", llm=LLMOptions(adapter=str(p), max_new_tokens=256)))
+                    f"adapter:{path.name}", f"{path.name} (trained LoRA adapter{needs})",
+                    lambda p=path: agent_factory("transformers", llm=LLMOptions(adapter=str(p), max_new_tokens=256)),
+                    missing=lacking)
         if os.environ.get("A01_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL"):
             agents["openai"] = LiveAgent("openai", "OpenAI-compatible endpoint", lambda: agent_factory("openai"))
         return agents
@@ -473,6 +496,8 @@ class SessionHub:
         if live is None:
             raise SessionError(f"no live agent {name!r}; available: {', '.join(self.live_agents())}")
         session = self._get(session_id)
+        if live.missing:
+            raise SessionError(f"cannot start {live.label.split(' (')[0]}: this server lacks {live.missing}")
         try:
             factory, agent_id = live.build()
             agent = factory()
