@@ -36,6 +36,7 @@ from pathlib import Path
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from fastapi import FastAPI  # noqa: E402
+from fastapi.responses import RedirectResponse  # noqa: E402
 
 from envcore.env.environment import default_runtime  # noqa: E402
 from envcore.env.server import create_env_app  # noqa: E402
@@ -68,6 +69,12 @@ def build_app() -> FastAPI:
     # hub's slots) as well as the API's, which create_env_app has just counted.
     runtime.sessions = (runtime.sessions or 0) + hub.max_sessions
     artifacts = Path(os.environ.get("A01_ARTIFACTS") or ARTIFACTS)
+
+    @app.get("/web", include_in_schema=False)
+    def web() -> RedirectResponse:
+        """``openenv push`` (with its web interface on, the default) opens a Space at ``/web``; the page is at ``/``."""
+        return RedirectResponse("/", status_code=307)
+
     app = mount_ui(app, hub, artifacts)
     warm(artifacts)
     app.state.session_hub = hub
