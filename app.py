@@ -10,8 +10,10 @@ One process, one FastAPI app, on ``0.0.0.0:$PORT`` (7860 by default, as Hugging 
 
 Configuration, all optional: ``A01_CACHE`` (another cache folder), ``A01_WEIGHTS`` (sampling weights),
 ``A01_EPISODE_LOG`` (episode-log JSONL of ``/ws`` sessions), ``A01_MAX_STEPS``, ``A01_MAX_SESSIONS``,
-``A01_SESSION_TIMEOUT_S`` (OpenEnv sessions); ``A01_HUMAN_LOG`` (human play log, default
-``artifacts/human/episodes.jsonl``; empty: none), ``A01_UI_MAX_SESSIONS`` (default 16),
+``A01_SESSION_TIMEOUT_S`` (OpenEnv sessions); ``A01_DATA_DIR`` (where the server writes, see
+:mod:`envcore.server.storage`), ``A01_HUMAN_LOG`` (human play log, default ``human/episodes.jsonl`` in
+the data folder; empty: none), ``A01_ALLOW_REDUCED_SANDBOX`` (grade although Landlock or seccomp is
+missing, see ``docs/deploy.md``), ``A01_UI_MAX_SESSIONS`` (default 16),
 ``A01_UI_SESSION_TTL_S`` (idle visitors' sessions are closed after it, default 900),
 ``A01_ARTIFACTS`` (where the page looks for rollout sets), ``A01_UI=0`` (the API alone); see
 ``docs/environment.md`` and ``docs/space.md``. A number set to something it cannot take stops
