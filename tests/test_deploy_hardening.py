@@ -157,3 +157,32 @@ def test_a_read_only_app_folder_still_serves_and_grades(tmp_path):
     assert summary["reference_fix"]["resolution"] == "full" and summary["page_s"] < 30
     assert f"data folder {tmp_path / 'tmp' / 'a01-repair-gym'} (temporary" in output
     assert set(os.listdir(ROOT)) == before
+
+
+# --- the page says it too ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["full", "reduced", "refused"])
+def test_the_page_says_which_layers_protect_the_grader_and_the_operators_choice(shipped, monkeypatch, mode):
+    from envcore.env.environment import Runtime
+    from envcore.env.sampler import CurriculumSampler
+    from envcore.sandbox import posture
+    from envcore.server.sessions import SessionHub
+    from ui.app import build_ui
+
+    layers = {"rlimits": True, "landlock_abi": 0 if mode != "full" else 7, "seccomp": True, "capabilities_dropped": True}
+    found = posture.Posture(layers=layers, missing=posture.missing_layers(layers),
+                            allowed_missing=["landlock"] if mode == "reduced" else [])
+    monkeypatch.setattr(posture, "_current", found)
+    hub = SessionHub.for_server(Runtime(sampler=CurriculumSampler(shipped)), human_log="")
+    try:
+        line = hub.sandbox_line()
+        expected = {"full": "Every app runs in a sandbox: Landlock (ABI 7), seccomp filter",
+                    "reduced": "Reduced sandbox:** Landlock not available on this host; the operator chose",
+                    "refused": "Grading is turned off on this host:** Landlock not available"}[mode]
+        assert expected in line and (mode == "full" or "A01_ALLOW_REDUCED_SANDBOX" in line)
+        config = build_ui(hub).config
+        shown = [c for c in config["components"] if c.get("props", {}).get("elem_id") == "sandbox-posture"]
+        assert shown and shown[0]["props"]["value"] == line
+    finally:
+        hub.shutdown()
