@@ -27,6 +27,7 @@ import numpy as np
 
 from envcore.agents.rollouts import EpisodeSpec
 from envcore.env.episode_log import EpisodeRecord
+from envcore.numbers import signed
 
 METRICS = ("full_fix", "partial", "security_pass", "regression_pass", "reward", "steps", "invalid_rate")
 BOOTSTRAP_SAMPLES = 2000
@@ -134,7 +135,7 @@ def _cell(stat: dict[str, Any], form: str = "percent") -> str:
         return f"{mean:.0%} [{low:.0%}, {high:.0%}]"
     if form == "count":
         return f"{mean:.1f}"
-    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    return f"{signed(mean)} [{signed(low)}, {signed(high)}]"
 
 
 def _table(rows: dict[str, dict[str, Any]], label: str) -> list[str]:
@@ -198,9 +199,9 @@ def render_comparison(result: dict[str, Any], *, base: str, other: str) -> str:
         f"Paired on {result['scenarios']} scenarios both played"
         f" ({result['only_in_base']} only in {base}, {result['only_in_other']} only in {other}).", "",
         "| | value |", "| --- | --- |",
-        f"| mean reward, {base} | {result['base_mean_reward']:+.3f} |",
-        f"| mean reward, {other} | {result['other_mean_reward']:+.3f} |",
-        f"| difference ({other} - {base}) | {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95% bootstrap) |",
+        f"| mean reward, {base} | {signed(result['base_mean_reward'])} |",
+        f"| mean reward, {other} | {signed(result['other_mean_reward'])} |",
+        f"| difference ({other} - {base}) | {signed(d['mean'])} [{signed(d['ci95'][0])}, {signed(d['ci95'][1])}] (95% bootstrap) |",
         f"| full fixes, {base} / {other} | {f['base']:.0f} / {f['other']:.0f} |",
         f"| fixed only by {other} / only by {base} | {f['only_other']} / {f['only_base']} |",
     ]) + "\n"

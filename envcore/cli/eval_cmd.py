@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from envcore.cli.progress import progress_bar
+from envcore.numbers import signed
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -111,7 +112,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     overall = summary["overall"]
     print(f"{run.agent_id}: {summary['episodes']} episodes ({result.played} played, {result.skipped} resumed, "
           f"{len(result.failed)} failed); full fix {overall['full_fix']['mean']:.1%}, "
-          f"mean reward {overall['reward']['mean']:+.3f}; report: {run.folder / 'report.md'}")
+          f"mean reward {signed(overall['reward']['mean'])}; report: {run.folder / 'report.md'}")
     for failure in result.failed[:10]:
         print(f"  failed: {failure}", file=sys.stderr)
     return 1 if result.failed else 0

@@ -33,6 +33,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from envcore.numbers import signed
+
 METRICS = ("env/reward", "env/full_fix")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
@@ -198,16 +200,16 @@ def render_curves(result: dict[str, Any], *, title: str = "Does GRPO raise the r
             cells = []
             for n in names:
                 rows = block[n]["per_step"]
-                cells.append(f"{rows[i]['mean']:+.3f} [{rows[i]['low']:+.3f}, {rows[i]['high']:+.3f}]" if i < len(rows) else "")
+                cells.append(f"{signed(rows[i]['mean'])} [{signed(rows[i]['low'])}, {signed(rows[i]['high'])}]" if i < len(rows) else "")
             lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
         lines.append("")
         for n in names:
             r = block[n]["rise"]
-            each = ", ".join(f"{x:+.3f}" for x in block[n]["rises"])
-            lines.append(f"- rise (last third minus first third), {n}: {r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] "
+            each = ", ".join(f"{signed(x)}" for x in block[n]["rises"])
+            lines.append(f"- rise (last third minus first third), {n}: {signed(r['mean'])} [{signed(r['low'])}, {signed(r['high'])}] "
                          f"(each run: {each})")
         if "steps_below_control" in block:
-            lines.append(f"- after the first step, treated minus control: {block['mean_difference_after_first']:+.3f} on "
+            lines.append(f"- after the first step, treated minus control: {signed(block['mean_difference_after_first'])} on "
                          f"average; below the control in {block['steps_below_control']} steps, above in "
                          f"{block['steps_above_control']}")
         if "episode_band" in block:

@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 import yaml
 
+from envcore.numbers import signed
 from envcore.training.config import TrainConfig
 
 Say = Callable[[str], None]
@@ -442,7 +443,7 @@ def _grpo(config: TrainConfig, cache: Any, base: str, run_dir: Path, reward_hash
     figures = grpo_figures(run_dir)
     if figures:
         r, z = figures["reward"], figures["zero_spread_share"]
-        say(f"GRPO reward: {r['first']:+.3f} at the first step, {r['last']:+.3f} at the last; zero-spread groups: "
+        say(f"GRPO reward: {signed(r['first'])} at the first step, {signed(r['last'])} at the last; zero-spread groups: "
             f"{z.get('mean', float('nan')):.0%} of all")
     return timing, metrics, keys
 
@@ -496,8 +497,8 @@ def evaluate_adapter(config: TrainConfig, cache: Any, *, say: Say = _print) -> d
         result = compare(list(read_episodes(log)), other)
         results[label] = result | {"folder": str(folder)}
         sections.append(render_comparison(result, base=label, other=config.name).replace("# ", "## ", 1))
-        say(f"  against {label}: reward difference {result['reward_difference']['mean']:+.3f} "
-            f"[{result['reward_difference']['ci95'][0]:+.3f}, {result['reward_difference']['ci95'][1]:+.3f}] "
+        say(f"  against {label}: reward difference {signed(result['reward_difference']['mean'])} "
+            f"[{signed(result['reward_difference']['ci95'][0])}, {signed(result['reward_difference']['ci95'][1])}] "
             f"on {result['scenarios']} scenarios")
     (run_dir / "comparison.md").write_text("\n".join(sections))
     (run_dir / "comparison.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -507,4 +508,4 @@ def evaluate_adapter(config: TrainConfig, cache: Any, *, say: Say = _print) -> d
 def _line(summary: dict[str, Any]) -> str:
     overall = summary["overall"]
     return (f"{summary['episodes']} episodes, full fix {overall['full_fix']['mean']:.0%}, mean reward "
-            f"{overall['reward']['mean']:+.3f}, invalid steps {overall['invalid_rate']['mean']:.0%}")
+            f"{signed(overall['reward']['mean'])}, invalid steps {overall['invalid_rate']['mean']:.0%}")

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from envcore.numbers import signed
 from envcore.training.config import EvaluationSlice, TrainConfig
 
 STAGES = ("base", "sft", "sft+grpo")
@@ -138,7 +139,7 @@ def render_stages(table: dict[str, Any], *, note: str = "") -> str:
         for stage, s in block["stages"].items():
             o = s["overall"]
             lines.append(f"| {name} | {STAGE_TITLES[stage]} | {s['episodes']} | {_pct(o['full_fix'])} | "
-                         f"{_pct(o['security_pass'])} | {_pct(o['regression_pass'])} | {o['reward']['mean']:+.3f} | "
+                         f"{_pct(o['security_pass'])} | {_pct(o['regression_pass'])} | {signed(o['reward']['mean'])} | "
                          f"{s['format_error_rate']:.0%} |")
     lines += ["", "## Paired comparisons", "",
               "| slice | comparison | scenarios | reward difference | fixed only by the later stage / only by the earlier |",
@@ -148,7 +149,7 @@ def render_stages(table: dict[str, Any], *, note: str = "") -> str:
             d = c["reward_difference"]
             later, earlier = label.split(" vs ")
             lines.append(f"| {name} | {STAGE_TITLES[later]} vs {STAGE_TITLES[earlier]} | {c['scenarios']} | "
-                         f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | "
+                         f"{signed(d['mean'])} [{signed(d['ci95'][0])}, {signed(d['ci95'][1])}] | "
                          f"{c['full_fix']['only_other']} / {c['full_fix']['only_base']} |")
     for group, title in (("bug_class", "By bug class"), ("tier", "By tier")):
         lines += ["", f"## {title} (full fix)", ""]
