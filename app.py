@@ -53,13 +53,18 @@ def build_app() -> FastAPI:
     """The served app. Says on stderr, before it listens, what protects the grader here and where the
     server writes (:mod:`envcore.sandbox.posture`, :mod:`envcore.server.storage`)."""
     allowed_missing()  # a bad A01_ALLOW_REDUCED_SANDBOX stops the start like any other bad setting
-    runtime = default_runtime()
+    app = _build()
     found = posture.current()
     print(f"app.py: {found.summary()}", file=sys.stderr, flush=True)
     if not found.grading:
         print(f"app.py: grading is REFUSED until this is fixed or {posture.ALLOW_VARIABLE} is set "
               "(docs/deploy.md); /health answers 503", file=sys.stderr, flush=True)
     print(f"app.py: {data_dir().describe()}", file=sys.stderr, flush=True)
+    return app
+
+
+def _build() -> FastAPI:
+    runtime = default_runtime()
     app = create_env_app(runtime)
     if os.environ.get("A01_UI", "1") == "0":
         return app
