@@ -1,10 +1,12 @@
 """The Watch tab in a real browser, through a running Space (``python app.py``, Debian's Chromium).
 
-What a visitor meets: the tab opens on No-op against the heuristic, on a scenario where they differ;
-the link under the step controls opens the same episode at the same step in a fresh page, and a
-garbled link opens the page with a message; a live agent run to the end streams its steps while the
-rest of the page stays usable, and Stop leaves the episode where it stopped. No error overlay, no
-toast, no JavaScript error. Screenshots (``build/screenshots/``) at 1400x900 and on a phone (390x844).
+What a visitor meets: the tab opens on a trained model against its base on a held-out scenario, at
+the step that decides it, with a banner saying who fixed what, readable on a phone; nothing scrolls
+sideways and no table header breaks inside a word; the link under the step controls opens the same
+episode at the same step in a fresh page, and a garbled link opens the page with a message; a live
+agent run to the end streams its steps while the rest of the page stays usable, and Stop leaves the
+episode where it stopped. No error overlay, no toast, no JavaScript error. Screenshots
+(``build/screenshots/``) at 1280x800 and on a phone (390x844).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ skip_unless_wanted()
 
 PACE_S = 1.0
 """Seconds between two live steps here: slow enough to press Stop mid-way."""
-DESKTOP = {"width": 1400, "height": 900}
+DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 
 
@@ -107,22 +109,67 @@ def step_number(title: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def test_watch_opens_on_the_trained_run_against_its_untrained_base_where_they_differ(visit, server):
-    """The shipped tiny-learn run's last stage (SFT+GRPO) against the model it started from, on the
-    scenarios it learned, each side saying what it is; the scripted pair is one choice away."""
+OPENING = ("training/scratch-26m/eval/test/base", "training/scratch-26m/eval/test/sft")
+"""The shipped opening: scratch-26m after SFT against its untrained base, on the test split."""
+
+OVERFLOW_JS = """() => {
+  const wide = [];
+  for (const id of ['watch-story', 'watch-left-action', 'watch-right-action', 'watch-left-observation',
+                    'watch-right-observation', 'watch-left-title', 'watch-right-title']) {
+    const el = document.getElementById(id), box = el.getBoundingClientRect();
+    if (box.left < 0 || box.right > window.innerWidth + 1) wide.push(id);
+    const scroller = el.querySelector('.cm-scroller');  // a code pane that scrolls its text sideways
+    if (scroller && scroller.scrollWidth > scroller.clientWidth + 1) wide.push(id + ' (scrolls sideways)');
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth) wide.push('the page');
+  return wide;
+}"""
+"""What sticks out of the screen sideways, or scrolls its text sideways (nothing should)."""
+
+BROKEN_HEADERS_JS = """() => [...document.querySelectorAll('#tab-watch th')].filter(th => th.offsetParent)
+  .filter(th => { const range = document.createRange(); range.selectNodeContents(th);
+                  const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+                  return lines.size > 1 && !th.innerText.trim().includes(' '); })
+  .map(th => th.innerText)"""
+"""The table headers of one word drawn on more than one line."""
+
+
+def test_watch_opens_on_a_held_out_scenario_at_the_step_that_decides_it(visit, server):
+    """Desktop and phone: a banner in the first screen names the scenario, its split and who fixed it at
+    which step; both sides show that step; no warning box; nothing scrolls sideways; the breakdown's
+    headers stay whole words."""
+    from tests.browser_kit import ROOT
+    from ui import rollout_view
+    from ui.watch_tab import WatchController
+
+    ctrl = WatchController(None, ROOT / "artifacts")
+    opening = ctrl.opening()
+    assert opening is not None and (opening.left, opening.right) == OPENING
+    step = opening.step
+    assert step == rollout_view.last_code_change(ctrl.records(opening.right)[opening.scenario])
     for name, viewport in (("watch-first-view", DESKTOP), ("watch-first-view-phone", PHONE)):
         page = visit(viewport).open(server)
         page.get_by_role("tab", name="Watch").click()
-        wait_text(page, "watch-left-title", "tiny-learn-base")
-        wait_text(page, "watch-right-title", "tiny-learn-sft+tiny-learn")
-        assert "tiny-learn base model (untrained)" in text_of(page, "watch-left-about")
-        assert "tiny-learn after SFT+GRPO" in text_of(page, "watch-right-about")
-        assert "A tiny model taught a few apps" in text_of(page, "watch-right-about")
-        scenario = page.locator("#watch-scenario input").input_value()
-        assert re.search(r"· NO [+-]\d\.\d\d vs FULL \+\d\.\d\d$", scenario), scenario  # the two differ
-        assert "1 of 1 · llm:tiny-learn-base" in page.locator("#watch-left-attempt input").input_value()
-        page.click("#watch-forward")
-        wait_text(page, "watch-left-title", "Step 1")
+        wait_text(page, "watch-right-title", f"Step {step} of")
+        story = page.locator("#watch-story")
+        text = story.inner_text()
+        assert "On HR reviews API: open redirect (unvalidated next) (test split, held out)" in text, text
+        assert f"scratch-26m after SFT fixed it, FULL +0.99, with the patch at step {step}" in text, text
+        assert "scratch-26m base model (untrained) scored NO -0.14" in text, text
+        box = story.bounding_box()
+        assert box and box["y"] + box["height"] <= viewport["height"], "the banner is in the first screen"
+        assert page.locator("#watch-index input[type=number]").input_value() == str(step)
+        assert f"Step {step} of 8" in text_of(page, "watch-left-title")
+        assert "⚠️" not in page.locator("#tab-watch").inner_text()  # no warning box anywhere in the tab
+        for side in ("left", "right"):
+            assert text_of(page, f"watch-{side}-action").strip(), side  # no empty pane
+        assert page.evaluate(OVERFLOW_JS) == []
+        for accordion in page.get_by_text("Outcome, reward breakdown and final diff").all():
+            accordion.click()
+        wait_text(page, "watch-right-breakdown", "security_blocked")
+        assert page.evaluate(BROKEN_HEADERS_JS) == []
+        assert page.evaluate(OVERFLOW_JS) == []
+        page.screenshot(path=f"/tmp/watchplay-{name}.png", full_page=False)
         no_error_overlay(page)
         shot(page, name)
 
@@ -130,24 +177,24 @@ def test_watch_opens_on_the_trained_run_against_its_untrained_base_where_they_di
 def test_a_shared_link_opens_the_same_episode_at_the_same_step(visit, server):
     page = visit().open(server)
     page.get_by_role("tab", name="Watch").click()
-    wait_text(page, "watch-right-title", "tiny-learn-sft+tiny-learn")
-    for step in (1, 2):
-        page.click("#watch-forward")
-        wait_text(page, "watch-right-title", f"Step {step}")
+    wait_text(page, "watch-right-title", "scratch-26m-sft")
+    start = step_number(text_of(page, "watch-right-title"))  # it opens at the step that decides it
+    step = start + 1
+    page.click("#watch-forward")
+    wait_text(page, "watch-right-title", f"Step {step}")
     link = page.locator("#watch-link a")
     wait_text(page, "watch-link", "Link to this episode")
-    page.wait_for_function("() => document.querySelector('#watch-link a').href.includes('step=2')")
+    page.wait_for_function(f"() => document.querySelector('#watch-link a').href.includes('step={step}')")
     url = link.evaluate("a => a.href")
-    assert url.startswith(server) and "set=training/tiny-learn/eval/trained/base" in url
-    assert "vs=training/tiny-learn/eval/trained/sft_grpo" in url
+    assert url.startswith(server) and f"set={OPENING[0]}" in url and f"vs={OPENING[1]}" in url
     seen = {elem: text_of(page, elem) for elem in ("watch-left-title", "watch-right-title", "watch-right-action")}
 
     fresh = visit().open(url)  # another visitor, who was sent the link
-    fresh.wait_for_function("() => document.querySelector('#watch-right-title')?.innerText.includes('Step 2')")
+    fresh.wait_for_function(f"() => document.querySelector('#watch-right-title')?.innerText.includes('Step {step}')")
     assert watch_tab_selected(fresh)
     for elem, text in seen.items():
         assert text_of(fresh, elem) == text, elem
-    assert "set=training/tiny-learn/eval/trained/base" in fresh.locator("#watch-link a").evaluate("a => a.href")
+    assert f"set={OPENING[0]}" in fresh.locator("#watch-link a").evaluate("a => a.href")
     assert text_of(fresh, "watch-msg").strip() == ""
     shot(fresh, "watch-opened-from-link")
 

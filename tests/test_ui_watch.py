@@ -14,6 +14,7 @@ import json
 import math
 import re
 from pathlib import Path
+from unittest.mock import MagicMock
 from urllib.parse import parse_qsl, urlsplit
 
 import gradio as gr
@@ -174,18 +175,165 @@ def test_watch_opens_on_the_default_pair_and_the_scenario_where_they_differ_most
     assert "No\\-op" in out["left_about"] and "Heuristic baseline" in out["right_about"]
 
 
-def test_the_shipped_watch_tab_opens_on_a_scenario_the_trained_run_fixes_and_its_base_does_not():
+# ----- the opening: a held-out scenario two agents part on -----------------------------------------------
+def played_out(scenario: str, agent: str, resolution: str, reward: float, *, split: str = "test",
+               patch_at: tuple[int, ...] = (), steps: int = 4, refused: tuple[int, ...] = ()) -> EpisodeRecord:
+    """An episode of ``steps`` steps ending in a submit, patching the app at ``patch_at`` (the
+    environment refusing the steps ``refused``)."""
+    entries = []
+    for n in range(1, steps + 1):
+        if n == steps:
+            action, result = {"tool": "submit"}, None
+        elif n in patch_at:
+            action, result = {"tool": "apply_patch", "diff": "..."}, {"changed_files": ["app.py"]}
+        else:
+            action, result = {"tool": "read_file", "path": "app.py"}, {"content": "x"}
+        error = "format error: no JSON action found in the reply" if n in refused else None
+        entries.append(StepEntry(step=n, action=action, observation={
+            "tool": action["tool"], "text": "", "error": error, "done": n == steps, "result": result},
+            elapsed_ms=1.0))
+    return EpisodeRecord(
+        episode_id=f"{agent}-{scenario}", agent_id=agent, source="evaluation", scenario_id=scenario,
+        scenario_hash="0" * 64, bug_class="idor_read", tier=1, split=split, seed=0, started_at=1_700_000_000.0,
+        ended_at=1_700_000_001.0, outcome="submitted", max_steps=10, steps=entries,
+        diff="--- a/app.py\n+++ b/app.py\n" if patch_at else "", reward=reward,
+        reward_breakdown={"reward": reward, "resolution": resolution, "components": []})
+
+
+def held_out_sets(root: Path, *, trained_fixes: bool) -> None:
+    """A training run's stages on the test split beside their base, the same run on the scenarios it
+    learned (where it fixes everything), and the scripted agents of one evaluation."""
+    learned = "training/run/eval/trained"
+    write_set(root, f"{learned}/base", [played_out("t1", "base", "no", -0.1, split="train")], model="models/b")
+    write_set(root, f"{learned}/sft", [played_out("t1", "sft", "full", 0.99, split="train", patch_at=(2,))],
+              model="models/b-sft")
+    fixed = played_out("h2", "sft", "full", 0.98, patch_at=(2, 3), steps=5) if trained_fixes else \
+        played_out("h2", "sft", "no", -0.05)
+    write_set(root, "training/run/eval/test/base", [played_out("h1", "base", "no", -0.14, refused=(1, 2, 3)),
+                                                    played_out("h2", "base", "no", -0.14, refused=(1, 2, 3))],
+              model="models/b")
+    write_set(root, "training/run/eval/test/sft", [played_out("h1", "sft", "no", -0.02), fixed],
+              model="models/b-sft")  # an SFT model of its own: no adapter names the base
+    write_set(root, "evals/v9/noop", [played_out(s, "noop", "no", -0.0004, steps=1) for s in ("h1", "h2", "h3")])
+    write_set(root, "evals/v9/heuristic", [played_out("h1", "heuristic", "no", 0.0),
+                                           played_out("h2", "heuristic", "no", 0.0),
+                                           played_out("h3", "heuristic", "full", 0.99, patch_at=(3,), steps=6)])
+    write_set(root, "evals/v9/oracle", [played_out(s, "oracle", "full", 1.0) for s in ("h1", "h2", "h3")])
+
+
+def test_watch_opens_on_a_trained_model_that_fixes_a_held_out_scenario_its_base_does_not(tmp_path):
+    held_out_sets(tmp_path, trained_fixes=True)
+    ctrl = WatchController(None, tmp_path)
+    out = ctrl.refresh()
+    assert (out["left_set"]["value"], out["right_set"]["value"]) == ("training/run/eval/test/base",
+                                                                   "training/run/eval/test/sft")
+    assert out["scenario"]["value"] == "h2"  # a test-split scenario, not one the run learned
+    assert out["index"]["value"] == 3  # the step that decides it: the trained model's last patch
+    assert "Step 3 of 5 · apply_patch" in text(out["right_title"])
+    story = text(out["story"])
+    assert story.startswith("**On scenario h2 (idor_read, tier 1)** (test split, held out):")
+    assert "fixed it, FULL +0.98, with the patch at step 3" in story
+    assert "base model (untrained) scored NO -0.14 (the environment refused 3 of its 4 actions)" in story
+
+
+def test_without_such_a_model_watch_opens_on_the_heuristic_against_doing_nothing(tmp_path):
+    held_out_sets(tmp_path, trained_fixes=False)
+    out = WatchController(None, tmp_path).refresh()
+    assert (out["left_set"]["value"], out["right_set"]["value"]) == ("evals/v9/noop", "evals/v9/heuristic")
+    assert out["scenario"]["value"] == "h3" and out["index"]["value"] == 3
+    story = text(out["story"])
+    assert "**the heuristic** fixed it, FULL +0.99, with the patch at step 3" in story
+    assert "doing nothing (No-op) scored NO +0.00 (it submitted the app unchanged)" in story  # never -0.00
+    assert "Step 1 of 1 · submit · _its episode ended here_" in text(out["left_title"])  # its last step
+
+
+def test_the_opening_is_never_a_run_on_the_scenarios_its_model_learned_nor_the_oracle(tmp_path):
+    held_out_sets(tmp_path, trained_fixes=False)
+    sets = artifact_sets.discover(tmp_path)
+    trained, scripted = watch_tab.candidate_pairs(sets)
+    assert trained == [("training/run/eval/test/base", "training/run/eval/test/sft")]
+    assert scripted == [("evals/v9/noop", "evals/v9/heuristic")]
+    (tmp_path / "evals/v9/noop/episodes.jsonl").unlink()
+    write_set(tmp_path, "evals/v9/deny_all", [played_out(s, "deny_all", "no", -0.5, steps=2) for s in ("h1", "h3")])
+    out = WatchController(None, tmp_path).refresh()
+    assert (out["left_set"]["value"], out["right_set"]["value"]) == ("evals/v9/deny_all", "evals/v9/heuristic")
+    assert "denying everything (Deny-all) scored NO -0.50" in text(out["story"])
+
+
+def test_with_no_held_out_difference_watch_opens_on_the_default_pair_where_it_parts(tmp_path):
+    scripted(tmp_path)  # records that name no split: nothing is known to be held out
+    out = WatchController(None, tmp_path).refresh()
+    assert (out["left_set"]["value"], out["right_set"]["value"]) == ("evals/v2/noop", "evals/v2/heuristic")
+    assert out["scenario"]["value"] == "s2" and out["index"]["value"] == 2  # the heuristic's submit
+
+
+@pytest.mark.parametrize("left, right, step, description", [
+    (played_out("s", "a", "no", 0.0), played_out("s", "b", "full", 0.9, patch_at=(2,), steps=5), 2,
+     "the better episode's patch"),
+    (played_out("s", "a", "no", 0.0), played_out("s", "b", "full", 0.9, patch_at=(1, 3), steps=5), 3,
+     "its last patch: after it the app is the one graded"),
+    (played_out("s", "a", "full", 0.9, patch_at=(2,), steps=4), played_out("s", "b", "partial", 0.5, patch_at=(1,)),
+     2, "the better one may be on the left"),
+    (played_out("s", "a", "no", -0.5, patch_at=(1,), steps=3), played_out("s", "b", "no", 0.0, steps=2), 2,
+     "a better episode that changed nothing: its last step, the submit"),
+    (played_out("s", "a", "no", 0.0), played_out("s", "b", "no", 0.001), 0, "episodes that end alike do not part"),
+    (played_out("s", "a", "no", 0.0), None, 0, "one episode alone"),
+])
+def test_the_step_that_decides_it(left, right, step, description):
+    assert rollout_view.deciding_step(left, right) == step, description
+
+
+def test_the_shipped_watch_tab_opens_on_a_held_out_scenario_at_the_step_that_decides_it():
+    """The shipped opening: a trained model (scratch-26m after SFT, which fixes 8 unseen test apps its
+    base fixes none of) against its untrained base, on a test-split scenario, at the patch that fixed
+    it; a banner says so in words; no warning box, no empty pane."""
     ctrl = WatchController(None, ARTIFACTS)
     out = ctrl.refresh()
     left, right, scenario = out["left_set"]["value"], out["right_set"]["value"], out["scenario"]["value"]
-    assert (left, right) == LEARNED
+    assert (left, right) == ("training/scratch-26m/eval/test/base", "training/scratch-26m/eval/test/sft")
     base, trained = ctrl.records(left)[scenario], ctrl.records(right)[scenario]
-    assert trained.reward - base.reward > 0.9
-    for side in ("left_about", "right_about"):  # both say what they are: a tiny model taught a few apps
-        assert "A tiny model taught a few apps" in out[side], out[side]
-    # the scripted pair is one choice away and carries no caveat
-    scripted_pair = ctrl.pick_sets("evals/v2/noop", "evals/v2/heuristic")
-    assert scripted_pair["left_about"].count("⚠️") == 0 and scripted_pair["right_about"].count("⚠️") == 0
+    assert ctrl.split_of(trained) not in (None, "train")
+    assert rollout_view.resolution_rank(trained) == 2 and rollout_view.resolution_rank(base) == 0
+    step = out["index"]["value"]
+    assert step == rollout_view.last_code_change(trained) > 0
+    story = text(out["story"])
+    assert story.startswith("**On HR reviews API: open redirect (unvalidated next)** (test split, held out)")
+    assert f"**scratch-26m after SFT** fixed it, FULL +0.99, with the patch at step {step}" in story
+    assert "scratch-26m base model (untrained) scored NO -0.14" in story
+    for name in ("story", "left_about", "right_about", "left_title", "right_title"):
+        assert "⚠️" not in out[name], (name, out[name])
+    for side in ("left", "right"):
+        assert out[f"{side}_action"].strip() and out[f"{side}_observation"].strip(), side
+        assert f"Step {step} of" in out[f"{side}_title"]
+
+
+def test_watch_code_panes_wrap_and_size_to_their_text(tmp_path):
+    hub = MagicMock()  # the layout only asks it for its live agents
+    hub.live_agents.return_value = {}
+    with gr.Blocks():
+        c = watch_tab.build(hub, tmp_path, pace_s=0)
+    for side in ("left", "right", "live"):
+        for field in ("action", "observation"):
+            code = c[f"{side}_{field}"]
+            # wrapped (no sideways scrolling on a phone); no line numbers, by which Gradio would size a
+            # wrapped box many times its text
+            assert code.wrap_lines and not code.show_line_numbers, (side, field)
+
+
+def test_the_start_of_an_episode_says_so_in_its_action_pane():
+    shown = watch_tab.side_outputs("left", played_out("s", "a", "no", 0.0), 0, "a")
+    assert shown["left_action"] == watch_tab.START_ACTION
+    assert "reset" not in shown["left_observation"]  # the page's words: the button says New episode
+
+
+def test_a_reward_that_rounds_to_zero_is_never_written_with_a_minus():
+    record = played_out("s", "a", "no", -0.0004).model_copy(update={"reward_breakdown": {
+        "reward": -0.0004, "resolution": "no", "components": [{"name": "steps_used", "value": -0.0004,
+                                                              "measured": 1, "detail": ""}]}})
+    written = [rollout_view.badge(record), rollout_view.outcome_markdown(record),
+               rollout_view.breakdown_markdown(record.reward_breakdown), watch_tab.live_status(record, running=False)]
+    for shown in written:
+        assert "-0.00" not in shown.replace("\\", "") and "+0.00" in shown.replace("\\", ""), shown
 
 
 def test_a_set_with_a_caveat_says_so_above_its_side():

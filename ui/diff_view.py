@@ -5,6 +5,14 @@ A diff on this page may hold anything (a player's patch, an agent's, an app's st
 is entity-escaped (:func:`ui.safe.html`) before it is wrapped in the one ``<span>`` that colours it:
 the only markup in the result is the page's own, and a ``<script>`` or ``<img>`` in a diff is shown
 as text. ``gr.Code`` has no diff language; a ``gr.HTML`` with :data:`CSS` shows this instead.
+
+:data:`CSS` is the stylesheet the page adds for the views of code and text this package draws: the
+diffs, and with them the tables of text (``a01-table``, the task's users) and the Watch tab's banner
+(``a01-story``). A table's header is never broken inside a word (a phone's narrow column used to
+show "comp onent"); its cells break at spaces, and inside a word only when the word alone is wider
+than the screen, and a table wider than the screen scrolls inside its own box, never the page. On a
+phone a reward breakdown (``a01-breakdown``) leaves out its *measured* column, which its *detail*
+column says in words, so the rest fits the screen.
 """
 
 from __future__ import annotations
@@ -22,6 +30,17 @@ CSS = """
 .a01-diff .hunk {color: #0550ae; background: #ddf4ff}
 .a01-diff .file {font-weight: 600}
 .a01-diff-empty {color: var(--body-text-color-subdued); font-style: italic; padding: 4px 0}
+.a01-table table, #play-task table {display: block; max-width: 100%; overflow-x: auto}
+.a01-table th, #play-task th {word-break: keep-all !important; overflow-wrap: normal !important;
+  hyphens: none; white-space: nowrap}
+.a01-table td, #play-task td {word-break: normal !important; overflow-wrap: break-word !important}
+@media (max-width: 600px) {
+  .a01-table th, .a01-table td, #play-task th, #play-task td {padding: 4px 6px !important; font-size: 13px}
+  .a01-breakdown th:nth-child(3), .a01-breakdown td:nth-child(3) {display: none}
+}
+.block.a01-story {border-left: 4px solid var(--color-accent); padding: 6px 12px !important;
+  background: var(--background-fill-secondary); border-radius: 4px}
+.a01-story p {margin: 0 !important}
 """
 
 

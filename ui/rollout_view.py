@@ -4,9 +4,9 @@ so far, the outcome, the reward breakdown and the probes. Pure functions of the 
 Choices:
 
 * Steps are numbered as the log numbers them, 1..N; position 0 is the start of the episode. The task
-  text the agent saw at reset is not part of the episode log, so the start shows what the record
-  does know: scenario, bug class, tier, agent and step budget. :func:`step_view` clamps any index
-  into 0..N, so a slider or a stale index never raises.
+  text the agent saw when its episode started is not part of the episode log, so the start shows
+  what the record does know: scenario, bug class, tier, agent and step budget. :func:`step_view`
+  clamps any index into 0..N, so a slider or a stale index never raises.
 * A ``reply`` action (a language model's raw text) is shown as that text, not as JSON: that is what
   the model wrote, format errors included. What it ran is read back from the observation's ``tool``,
   and a request inside a reply is read with the environment's own reply parser, so the transcript
@@ -24,6 +24,12 @@ Choices:
 * A set may hold several episodes of one scenario (a person playing it twice, training rollouts, a
   resumed evaluation): they are its *attempts*, numbered 1..N in file order (:func:`index_attempts`),
   every one reachable. The one shown by default is the one the dashboard counts (:func:`shown_records`).
+* **Where two episodes part** (:func:`deciding_step`): of two episodes of one scenario, the better one
+  (the higher resolution, FULL over PARTIAL over NO, then the higher reward) is decided by its last
+  step that changed the app's code, since after it the app is the one that was graded; an episode
+  that changed nothing is decided by its last step (its submit, or the step its budget ran out on).
+  Two episodes that end alike have no such step (the start). Rewards are written by
+  :func:`envcore.numbers.signed`: a reward that rounds to zero is ``+0.00``, never ``-0.00``.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import pandas as pd
 from envcore.env.episode_log import EpisodeRecord, StepEntry
 from envcore.env.render import response_headers
 from envcore.env.reply import parse_action_text
+from envcore.numbers import signed
 from ui import safe
 
 BODY_CHARS = 300
@@ -181,8 +188,8 @@ def step_view(record: EpisodeRecord, index: int) -> StepView:
     if index == 0:
         text = (f"Scenario {record.scenario_id} · {record.bug_class} · tier {record.tier}\n"
                 f"Agent {record.agent_id} · budget {record.max_steps} steps · {total} taken\n\n"
-                "The task text the agent read at reset is not kept in the episode log; step through the "
-                "episode to see each action and what the environment answered.")
+                "The task text the agent read when its episode started is not kept in the episode log; step "
+                "through the episode to see each action and what the environment answered.")
         return StepView(index=0, total=total, title="Start", action_json="", observation_text=text, error=None,
                         transcript_markdown=_transcript(record, 0), files_changed=[])
     entry = record.steps[index - 1]
@@ -210,7 +217,7 @@ def _count(verification: dict[str, Any], kind: str) -> str:
 def outcome_markdown(record: EpisodeRecord) -> str:
     """The episode's outcome, resolution, reward and probe counts, and who played what, as Markdown."""
     resolution = _resolution(record)
-    reward = (f"{record.reward:+.3f}" if record.reward is not None
+    reward = (signed(record.reward) if record.reward is not None
               else "none (infrastructure error: not counted)" if record.outcome == "infrastructure_error" else "none")
     lines = [(f"**Outcome:** {safe.markdown(record.outcome.replace('_', ' '))} · **resolution:** "
               f"{safe.markdown(str(resolution).upper() if resolution else 'not graded')} · **reward:** {reward}")]
@@ -243,7 +250,7 @@ def breakdown_markdown(reward_breakdown: dict[str, Any] | None) -> str:
     frame = breakdown_frame(reward_breakdown)
     if frame.empty:
         return ""
-    rows = [(r.component, f"{r.value:+.3f}", f"{r.measured:g}", r.detail) for r in frame.itertuples(index=False)]
+    rows = [(r.component, signed(r.value), f"{r.measured:g}", r.detail) for r in frame.itertuples(index=False)]
     return "**Reward breakdown**\n\n" + safe.table(rows, BREAKDOWN_COLUMNS)
 
 
@@ -289,7 +296,7 @@ def _badge(record: EpisodeRecord) -> str:
         return "ABANDONED"
     if record.reward is None:
         return "ERROR"
-    return f"{(_resolution(record) or 'no').upper()} {record.reward:+.2f}"
+    return f"{(_resolution(record) or 'no').upper()} {signed(record.reward, 2)}"
 
 
 def scenario_choices(records: Iterable[EpisodeRecord]) -> list[tuple[str, str]]:
@@ -392,3 +399,58 @@ def pair_choices(left: dict[str, EpisodeRecord], right: dict[str, EpisodeRecord]
         return f"{sid[:8]} · tier {first.tier} · {first.bug_class} · {_badge(first)} vs {_badge(second)}"
 
     return [(label(sid), sid) for sid in pair_order(left, right)]
+
+
+# ----- where two episodes part ----------------------------------------------------------------------------
+RESOLUTION_RANK = {"full": 2, "partial": 1}
+"""How far an episode got: FULL over PARTIAL over anything else (NO, not graded)."""
+
+
+def resolution_rank(record: EpisodeRecord | None) -> int:
+    """2 for a full fix, 1 for a partial one, 0 for anything else (``None`` too)."""
+    return RESOLUTION_RANK.get(str(_resolution(record) or "").lower(), 0) if record is not None else 0
+
+
+def _standing(record: EpisodeRecord | None) -> tuple[int, float]:
+    """What makes one episode better than another: its resolution, then its reward (to the hundredth,
+    as the page shows it)."""
+    reward = record.reward if record is not None and record.reward is not None else -math.inf
+    return resolution_rank(record), round(reward, 2)
+
+
+def better_of(left: EpisodeRecord | None, right: EpisodeRecord | None) -> str | None:
+    """``"left"`` or ``"right"``, the side whose episode ended better (resolution, then reward), or
+    ``None`` when they ended alike."""
+    a, b = _standing(left), _standing(right)
+    return None if a == b else ("left" if a > b else "right")
+
+
+def last_code_change(record: EpisodeRecord) -> int | None:
+    """The last step that changed the app's code (a patch the environment applied and that changed
+    files), or ``None`` when the episode changed nothing."""
+    for entry in reversed(record.steps):
+        result = entry.observation.get("result")
+        if (_ran_tool(entry) in _PATCH_TOOLS and not entry.observation.get("error") and isinstance(result, dict)
+                and result.get("changed_files")):
+            return entry.step
+    return None
+
+
+def decided_at(record: EpisodeRecord) -> int:
+    """The step that decided ``record``'s outcome: its last code change, else its last step (see the
+    module docstring); 0 for a record shown without its steps."""
+    return last_code_change(record) or step_count(record)
+
+
+def deciding_step(left: EpisodeRecord | None, right: EpisodeRecord | None) -> int:
+    """The step where two episodes of one scenario part: the step that decided the better one's
+    outcome (:func:`decided_at`); 0 (the start) when they ended alike or one is missing."""
+    better = better_of(left, right) if left is not None and right is not None else None
+    if better is None:
+        return 0
+    return decided_at(left if better == "left" else right)  # type: ignore[arg-type]
+
+
+def badge(record: EpisodeRecord) -> str:
+    """``FULL +0.99``, ``NO +0.00``, ``ABANDONED`` or ``ERROR``: how an episode ended, in a few characters."""
+    return _badge(record)

@@ -6,11 +6,24 @@ numbers say little about skill (a model too small to play) carries its caveat ab
 
 Choices:
 
-* **The first view shows a difference.** The tab opens on :func:`ui.artifact_sets.default_pair` (the
-  best trained agent against its base model when it beats it, else doing nothing against the
-  heuristic) and on the scenario where the two differ most in reward; the scenario list of two sets
-  holds the scenarios both played, biggest difference first (:func:`ui.rollout_view.pair_choices`).
-  Two sets that share no scenario list the first set's scenarios.
+* **The first view tells a story on a held-out scenario** (:func:`opening`). A newcomer should see,
+  within a minute, two agents that differ on an app neither trained on, and where they part. So the
+  tab opens on a pair and a scenario of a held-out split (any split but ``train``: test, test_styles,
+  external, val) where one agent fixed the bug and the other did not: a trained model against its base
+  model when one ships that fixes held-out scenarios its base does not (the stage with the most such
+  scenarios), else the heuristic against a baseline of the same evaluation (No-op, else Deny-all);
+  never a run on the scenarios its model trained on, never the oracle. It opens at the step that
+  decides it (:func:`ui.rollout_view.deciding_step`: the better episode's last code change, after
+  which its app is the one that was graded), and a one-line banner above everything says who fixed
+  what, readable on a phone without opening a dropdown (:func:`story_markdown`). With no such pair it
+  falls back to :func:`ui.artifact_sets.default_pair` on the scenario where the two differ most. The
+  scenario list of two sets holds the scenarios both played, biggest difference first
+  (:func:`ui.rollout_view.pair_choices`); two sets that share no scenario list the first set's.
+* **Nothing is a warning that is not one.** A step the environment refused is said in the side's title
+  in plain words (part of how the episode went), not with a warning sign; a warning box is kept for a
+  set whose numbers say little about skill (its caveat). The start of an episode says so in its action
+  pane instead of leaving it blank, and long actions and observations wrap (no sideways scrolling on a
+  phone).
 * **Every attempt is reachable.** A set may hold several episodes of one scenario; each side has an
   *Attempt* list (``2 of 3 · agent · when · outcome``), the attempt the dashboard counts chosen by
   default. Attempts are indexed once per file version of a log (:func:`ui.rollout_view.index_attempts`),
@@ -38,10 +51,12 @@ Choices:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -50,6 +65,7 @@ import gradio as gr
 
 from envcore.env.environment import ResetError
 from envcore.env.episode_log import EpisodeRecord, is_outcome_only
+from envcore.numbers import signed
 from envcore.server.sessions import SessionError, SessionHub, Visitor
 from envcore.settings import seconds
 from ui import artifact_sets, diff_view, rollout_view, safe
@@ -62,6 +78,8 @@ SIDES = ("left", "right", "live")
 SIDE_FIELDS = ("title", "action", "observation", "transcript", "outcome", "breakdown", "diff")
 """The components of one side of the viewer (``left_title`` ...), all redrawn when its step changes."""
 EMPTY_SIDE = "Pick a rollout set and a scenario."
+START_ACTION = "(the episode starts here: Step forward shows its first action)"
+"""The action pane at the start of an episode, where no action was taken yet (a blank pane reads as broken)."""
 SCENARIO_LABELS = {True: "Scenario (both sets' results; biggest difference first)",
                    False: "Scenario (outcome and reward of the first set)"}
 ORDINALS = {"left": "First set", "right": "Second set"}
@@ -119,6 +137,205 @@ def link_markdown(query: str) -> str:
     return f"[Link to this episode at this step]({query}) (copy it to share: it opens the page here)"
 
 
+# ----- the first view: a held-out scenario two agents part on ----------------------------------------
+TRAINING_SPLIT = "train"
+"""The one split that is not held out: a scenario of any other split is one no model trained on."""
+BASELINES = ("noop", "deny_all")
+"""What the heuristic is compared with when no trained model fixes a held-out scenario, in order."""
+WHO = {"heuristic": "the heuristic", "noop": "doing nothing (No-op)", "deny_all": "denying everything (Deny-all)",
+       "random": "random actions", "oracle": "the oracle (the reference fix)"}
+"""The scripted agents as the banner names them (a set's folder name); any other set by its label."""
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What the tab opens on: ``left`` (the agent that did worse), ``right`` (the one that fixed it),
+    the scenario, and the step that decides it."""
+
+    left: str
+    right: str
+    scenario: str
+    step: int
+
+
+def _stage_base(trained: artifact_sets.RolloutSet, by_name: Mapping[str, artifact_sets.RolloutSet]
+                ) -> artifact_sets.RolloutSet | None:
+    """The untrained stage beside a trained stage of a three-stage table (``training/<run>/eval/<slice>/sft``
+    beside ``.../<slice>/base``), for a model whose base :func:`~ui.artifact_sets.base_of` cannot
+    name (its evaluation names a model folder that was renamed when it shipped)."""
+    parts = trained.name.split("/")
+    if len(parts) < 3 or parts[-3] != "eval" or parts[-1] == "base" or parts[-1] not in artifact_sets.STAGE_WORDS:
+        return None
+    base = by_name.get("/".join([*parts[:-1], "base"]))
+    return base if base is not None and base.evaluated and base.kind != "validation" else None
+
+
+def candidate_pairs(sets: list[artifact_sets.RolloutSet]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(trained, scripted)``: every (base, trained) pair of evaluations (a stage evaluated on the
+    scenarios it trained on left out), and every (baseline, heuristic) pair of one evaluation folder,
+    No-op before Deny-all."""
+    competitors = [s for s in sets if s.kind != "validation"]
+    by_name = {s.name: s for s in competitors}
+    trained = []
+    for s in competitors:
+        if s.kind != "trained" or not s.evaluated or artifact_sets.plays_learned_scenarios(s):
+            continue
+        base = artifact_sets.base_of(s, competitors) or _stage_base(s, by_name)
+        if base is not None:
+            trained.append((base.name, s.name))
+    scripted = []
+    for s in competitors:
+        folder, _, leaf = s.name.rpartition("/")
+        if leaf == "heuristic":
+            scripted += [(f"{folder}/{b}", s.name) for b in BASELINES if f"{folder}/{b}" in by_name]
+    return trained, scripted
+
+
+def parted_scenarios(left: Mapping[str, EpisodeRecord], right: Mapping[str, EpisodeRecord],
+                     split_of: Callable[[EpisodeRecord], str | None]) -> list[str]:
+    """The held-out scenarios both played where ``right`` got further than ``left`` (a fix against
+    none, or a full fix against a partial one): the biggest step up first, then as
+    :func:`~ui.rollout_view.pair_order` orders them (the biggest difference in reward, then the
+    shorter episodes, then by id)."""
+    order = {sid: n for n, sid in enumerate(rollout_view.pair_order(dict(left), dict(right)))}
+    won = [sid for sid in order if split_of(right[sid]) not in (None, TRAINING_SPLIT)
+           and rollout_view.resolution_rank(right[sid]) > rollout_view.resolution_rank(left[sid])]
+    step_up = {sid: rollout_view.resolution_rank(right[sid]) - rollout_view.resolution_rank(left[sid]) for sid in won}
+    return sorted(won, key=lambda sid: (-step_up[sid], order[sid]))
+
+
+def opening(sets: list[artifact_sets.RolloutSet], shown: Callable[[str], Mapping[str, EpisodeRecord]],
+            split_of: Callable[[EpisodeRecord], str | None]) -> Opening | None:
+    """The pair, held-out scenario and step the tab opens on (see the module docstring), or ``None``
+    when no pair parts on a held-out scenario. ``shown(name)``: a set's records by scenario."""
+    trained, scripted = candidate_pairs(sets)
+    for group in (trained, scripted):
+        found = []
+        for left, right in group:
+            records_left, records_right = shown(left), shown(right)
+            parted = parted_scenarios(records_left, records_right, split_of)
+            if parted:
+                first = parted[0]
+                step_up = (rollout_view.resolution_rank(records_right[first])
+                           - rollout_view.resolution_rank(records_left[first]))
+                found.append(((-step_up, -len(parted), right, left), left, right, first))
+        if found:
+            _, left, right, scenario = min(found)
+            step = rollout_view.deciding_step(shown(left)[scenario], shown(right)[scenario])
+            return Opening(left, right, scenario, step)
+    return None
+
+
+class ScenarioRows:
+    """The manifest rows of every scenario cache under ``root`` (``<root>/<version>/manifest.json``), by
+    scenario id, read once per manifest file version: a scenario's title and split for the banner.
+    A record names the cache it was played on; a scenario id is a content hash, the same in any cache."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        self._key: tuple[Any, ...] | None = None
+        self._rows: dict[str, dict[str, Any]] = {}
+
+    def _manifests(self) -> list[tuple[Path, int, int]]:
+        found = []
+        for path in sorted(self.root.glob("*/manifest.json")):
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            found.append((path, stat.st_mtime_ns, stat.st_size))
+        return found
+
+    def rows(self) -> dict[str, dict[str, Any]]:
+        manifests = self._manifests()
+        key = tuple(manifests)
+        with self._lock:
+            if key == self._key:
+                return self._rows
+        rows: dict[str, dict[str, Any]] = {}
+        for path, _, _ in manifests:  # oldest version first: a newer cache's row wins
+            try:
+                scenarios = json.loads(path.read_text()).get("scenarios", [])
+            except (OSError, ValueError, AttributeError):
+                continue
+            for row in scenarios if isinstance(scenarios, list) else []:
+                if isinstance(row, dict) and isinstance(row.get("scenario_id"), str):
+                    rows[row["scenario_id"]] = row
+        with self._lock:
+            self._key, self._rows = key, rows
+        return rows
+
+    def row(self, scenario_id: str | None) -> dict[str, Any]:
+        return self.rows().get(scenario_id or "", {})
+
+
+def who(rollout_set: artifact_sets.RolloutSet | None, record: EpisodeRecord | None) -> str:
+    """A set's agent as the banner names it: a scripted agent in words, any other by its set's label
+    (without where it comes from and its caveat)."""
+    if rollout_set is None:
+        return record.agent_id if record is not None else "?"
+    leaf = rollout_set.name.rpartition("/")[2]
+    if rollout_set.kind in ("baseline", "validation") and leaf in WHO:
+        return WHO[leaf]
+    return rollout_set.label.split(" · ")[0]
+
+
+def _how(record: EpisodeRecord) -> str:
+    """How the better episode got there: the patch that decided it, or its last step."""
+    step = rollout_view.decided_at(record)
+    if rollout_view.last_code_change(record):
+        return f"with the patch at step {step}"
+    if record.steps and (record.steps[-1].observation.get("tool") or record.steps[-1].action.get("tool")) == "submit":
+        return f"submitting at step {step}"
+    return f"by step {step}" if step else "(its steps are not shown)"
+
+
+def _why_not(record: EpisodeRecord) -> str:
+    """A word on the worse episode when its steps say it plainly."""
+    steps = record.steps
+    refused = sum(1 for entry in steps if entry.observation.get("error"))
+    if refused * 2 > len(steps):
+        return f" (the environment refused {refused} of its {len(steps)} actions)"
+    if record.outcome == "submitted" and not record.diff.strip() and steps:
+        return " (it submitted the app unchanged)"
+    return ""
+
+
+FIXED = {2: "fixed it", 1: "partly fixed it", 0: "did better"}
+
+
+def story_markdown(row: Mapping[str, Any], left: tuple[str, EpisodeRecord | None],
+                   right: tuple[str, EpisodeRecord | None]) -> str:
+    """The banner: on which scenario (its title and split), who fixed it, when, and how the other did,
+    in one line. ``left`` and ``right``: (who, record) of each side. Empty with nothing to tell. Every
+    word from a log or a manifest is escaped (a forged log's resolution is any text)."""
+    (left_who, left_record), (right_who, right_record) = left, right
+    shown = left_record or right_record
+    if shown is None:
+        return ""
+    title = row.get("title") or f"scenario {shown.scenario_id[:8]} ({shown.bug_class}, tier {shown.tier})"
+    split = shown.split or row.get("split")
+    where = f"**On {safe.markdown(title)}**" + (
+        f" ({safe.markdown(split)} split{'' if split == TRAINING_SPLIT else ', held out'})" if split else "")
+
+    def badge(record: EpisodeRecord) -> str:
+        return safe.markdown(rollout_view.badge(record))
+
+    if left_record is None or right_record is None:
+        only_who, only = (left_who, left_record) if left_record is not None else (right_who, right_record)
+        assert only is not None
+        return f"{where}: {safe.markdown(only_who)} ended {badge(only)} {_how(only)}."
+    better = rollout_view.better_of(left_record, right_record)
+    if better is None:
+        return (f"{where}: both ended alike, {safe.markdown(left_who)} {badge(left_record)} and "
+                f"{safe.markdown(right_who)} {badge(right_record)}.")
+    sides = ((left_who, left_record), (right_who, right_record))
+    (win_who, win), (lose_who, lose) = sides if better == "left" else sides[::-1]
+    verb = FIXED[rollout_view.resolution_rank(win)]
+    return (f"{where}: **{safe.markdown(win_who)}** {verb}, {badge(win)}, {_how(win)}; "
+            f"{safe.markdown(lose_who)} scored {badge(lose)}{_why_not(lose)}.")
+
 class WatchController:
     """The Watch tab's actions; each returns a dict of named outputs (see :func:`build`)."""
 
@@ -130,6 +347,9 @@ class WatchController:
         self._lock = threading.Lock()
         self._stops: dict[str, threading.Event] = {}
         """A live run's stop flag by session id, while it runs (:meth:`live_run`, :meth:`live_stop`)."""
+        self.scenario_rows = ScenarioRows(artifacts / "scenarios")
+        self._opening: tuple[Any, Opening | None] | None = None
+        """The last :meth:`opening`, with the file versions of the sets it was found in."""
 
     # ----- rollout sets ------------------------------------------------------------------------
     def rollout_sets(self) -> dict[str, artifact_sets.RolloutSet]:
@@ -155,6 +375,31 @@ class WatchController:
                 self._by_scenario = {k: v for k, v in self._by_scenario.items() if k[0] != name}
                 self._by_scenario[key] = index
         return index
+
+    def split_of(self, record: EpisodeRecord) -> str | None:
+        """The split of the scenario a record played: as the record says, else as its cache's manifest does."""
+        return record.split or self.scenario_rows.row(record.scenario_id).get("split")
+
+    def opening(self, sets: Mapping[str, artifact_sets.RolloutSet] | None = None) -> Opening | None:
+        """What the tab opens on (:func:`opening`), found once per version of the sets' files."""
+        sets = self.rollout_sets() if sets is None else sets
+        key = tuple((name, artifact_sets.file_version(s)) for name, s in sets.items())
+        with self._lock:
+            memo = self._opening
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        found = opening(list(sets.values()), lambda name: self.attempts(name, sets).shown_records(), self.split_of)
+        with self._lock:
+            self._opening = (key, found)
+        return found
+
+    def story(self, left: str | None, right: str | None, records: Mapping[str, EpisodeRecord | None],
+              sets: Mapping[str, artifact_sets.RolloutSet]) -> str:
+        """The banner over the episodes shown (:func:`story_markdown`)."""
+        shown = records.get("left") or records.get("right")
+        row = self.scenario_rows.row(shown.scenario_id) if shown is not None else {}
+        return story_markdown(row, (who(sets.get(left or ""), records.get("left")), records.get("left")),
+                              (who(sets.get(right or ""), records.get("right")), records.get("right")))
 
     def records(self, name: str | None) -> dict[str, EpisodeRecord]:
         """The record shown by default for each scenario of the set (:func:`~ui.rollout_view.shown_records`)."""
@@ -200,10 +445,11 @@ class WatchController:
         return gr.update(choices=choices, value=str(chosen), interactive=len(played) > 1)
 
     def _select(self, left: str | None, right: str | None, scenario: str | None = None, *,
-                left_attempt: int | None = None, right_attempt: int | None = None, index: int = 0,
+                left_attempt: int | None = None, right_attempt: int | None = None, index: int | None = 0,
                 sets_changed: bool = False) -> dict[str, Any]:
         """Everything a choice of sets shows: the scenario list (``scenario`` kept if the sets have it,
-        else the most telling one), both sides' headings and attempts, and the view at ``index``."""
+        else the most telling one), both sides' headings and attempts, and the view at ``index``
+        (``None``: at the step where the two episodes part, :func:`ui.rollout_view.deciding_step`)."""
         sets = self.rollout_sets()
         right = NONE if not right or right == left else right  # one set twice shows nothing more
         left_index = self.attempts(left, sets)
@@ -212,6 +458,9 @@ class WatchController:
         ids = [sid for _, sid in choices]
         if scenario not in ids:
             scenario = ids[0] if ids else None
+        if index is None:
+            index = rollout_view.deciding_step(left_index.record(scenario or "", left_attempt),
+                                               right_index.record(scenario or "", right_attempt) if right_index else None)
         paired = right_index is not None and bool(left_index.attempts.keys() & right_index.attempts.keys())
         out: dict[str, Any] = {
             "right_set": gr.update(value=right),
@@ -232,9 +481,15 @@ class WatchController:
 
     # ----- actions -----------------------------------------------------------------------------
     def refresh(self) -> dict[str, Any]:
-        """The sets as they are on disk, and the pair that shows a difference (:func:`default_pair`)."""
-        left, right = artifact_sets.default_pair(list(self.rollout_sets().values()))
-        return self._select(left, right or NONE, sets_changed=True)
+        """The sets as they are on disk, opened on a held-out scenario two agents part on, at the step
+        that decides it (:meth:`opening`); else on :func:`~ui.artifact_sets.default_pair`, on the
+        scenario where they differ most, at the step where they part."""
+        sets = self.rollout_sets()
+        found = self.opening(sets)
+        if found is not None:
+            return self._select(found.left, found.right, found.scenario, index=found.step, sets_changed=True)
+        left, right = artifact_sets.default_pair(list(sets.values()))
+        return self._select(left, right or NONE, index=None, sets_changed=True)
 
     def pick_sets(self, left: str | None, right: str | None) -> dict[str, Any]:
         return self._select(left, right)
@@ -255,6 +510,7 @@ class WatchController:
         out: dict[str, Any] = {}
         total = 0
         attempts: dict[str, int | None] = {}
+        records: dict[str, EpisodeRecord | None] = {}
         for side, name, attempt in (("left", left, left_attempt), ("right", right, right_attempt)):
             record, attempts[side] = None, None
             if name:
@@ -264,6 +520,7 @@ class WatchController:
                     number = played.shown.get(scenario or "")
                 record = played.record(scenario or "", number)
                 attempts[side] = number if record is not None else None
+            records[side] = record
             out.update(side_outputs(side, record, index, name))
             if record is not None:
                 total = max(total, rollout_view.step_count(record))
@@ -272,6 +529,7 @@ class WatchController:
         shown_right = right if attempts["right"] else None
         out["link"] = link_markdown(link_query(left, shown_right, scenario if attempts["left"] else None,
                                                attempts["left"], attempts["right"], index))
+        out["story"] = self.story(left, right, records, sets)
         return out
 
     def show_start(self, left: str | None, right: str | None, scenario: str | None) -> dict[str, Any]:
@@ -507,7 +765,7 @@ def live_status(record: EpisodeRecord | None, *, running: bool) -> str:
     if record.outcome == "abandoned":  # still playing
         return (f"**Paused** at step {steps} of at most {record.max_steps}: Next action plays one more, Run to "
                 "the end goes on from here.")
-    reward = f"{record.reward:+.3f}" if record.reward is not None else "none"
+    reward = signed(record.reward) if record.reward is not None else "none"
     return (f"**Over** after {steps} steps ({safe.markdown(record.outcome.replace('_', ' '))}): reward {reward}. "
             "The outcome, reward breakdown and diff are below.")
 
@@ -523,15 +781,15 @@ def side_outputs(side: str, record: EpisodeRecord | None, index: int, name: str 
     title = f"**{safe.markdown(record.agent_id)}** · {safe.markdown(view.title)}"
     if index > view.total > 0:  # the other side plays on
         title += " · _its episode ended here_"
-    if view.error:
-        title += f"\n\n⚠️ refused: {safe.markdown(view.error)}"
+    if view.error:  # part of how the episode went, not a warning to the visitor
+        title += f"\n\n_The environment refused this action:_ {safe.markdown(view.error)}"
     answer_key = is_outcome_only(record)
     if answer_key:
         title += ("\n\n_A held-out scenario: this run is shown as its outcome only, since its patch is the "
                   "scenario's reference fix._")
     return {
         f"{side}_title": title,
-        f"{side}_action": view.action_json,
+        f"{side}_action": view.action_json or START_ACTION,
         f"{side}_observation": view.observation_text,
         f"{side}_transcript": view.transcript_markdown or "_No HTTP requests yet._",
         f"{side}_outcome": rollout_view.outcome_markdown(record),
@@ -549,24 +807,29 @@ def _side(c: dict[str, Any], side: str, heading: str) -> None:
         c[f"{side}_attempt"] = gr.Dropdown([], label="Attempt (every episode of this scenario in the set)",
                                            interactive=False, elem_id=f"watch-{side}-attempt")
     c[f"{side}_title"] = safe.markdown_component(EMPTY_SIDE, elem_id=f"watch-{side}-title")
-    c[f"{side}_action"] = gr.Code("", language="json", label="Action", lines=4, elem_id=f"watch-{side}-action")
-    c[f"{side}_observation"] = gr.Code("", language=None, label="Observation", lines=10, max_lines=24,
-                                       elem_id=f"watch-{side}-observation")
+    # wrap_lines: a long action (a model's reply of one unbroken line) wraps instead of scrolling sideways.
+    # No line numbers: Gradio sizes a code box by the height of its first line number, which is the whole
+    # wrapped line's height, so a wrapped box grew to many times its content.
+    wrapped = {"wrap_lines": True, "show_line_numbers": False}
+    c[f"{side}_action"] = gr.Code("", language="json", label="Action", lines=3, max_lines=16,
+                                  elem_id=f"watch-{side}-action", **wrapped)
+    c[f"{side}_observation"] = gr.Code("", language=None, label="Observation", lines=6, max_lines=24,
+                                       elem_id=f"watch-{side}-observation", **wrapped)
     with gr.Accordion("HTTP transcript so far", open=False):
         c[f"{side}_transcript"] = safe.markdown_component("", elem_id=f"watch-{side}-transcript")
     with gr.Accordion("Outcome, reward breakdown and final diff", open=side == "live"):
         c[f"{side}_outcome"] = safe.markdown_component("", elem_id=f"watch-{side}-outcome")
         c[f"{side}_breakdown"] = safe.markdown_component("", elem_id=f"watch-{side}-breakdown",
-                                                         elem_classes=["a01-table"])
+                                                         elem_classes=["a01-table", "a01-breakdown"])
         gr.Markdown("Final diff")
         c[f"{side}_diff"] = gr.HTML(diff_view.diff_html("", empty=""), elem_id=f"watch-{side}-diff")
 
 
 EPISODE_FIELDS = ("outcome", "breakdown", "diff")
 """A side's fields that belong to the episode, not to the step shown."""
-VIEW = [f"{side}_{field}" for side in ("left", "right") for field in SIDE_FIELDS] + ["index", "link"]
-"""What a new episode on either side changes: both sides, the step slider and the link."""
-STEP_VIEW = [name for name in VIEW if name.rpartition("_")[2] not in EPISODE_FIELDS]
+VIEW = [f"{side}_{field}" for side in ("left", "right") for field in SIDE_FIELDS] + ["index", "link", "story"]
+"""What a new episode on either side changes: both sides, the step slider, the link and the banner."""
+STEP_VIEW = [name for name in VIEW if name.rpartition("_")[2] not in EPISODE_FIELDS and name != "story"]
 """What a step changes: each side's step (not its episode's outcome, breakdown and diff: redrawing a
 table nobody changed cost more than the step)."""
 PICKED = ["left_attempt", "right_attempt", *VIEW]
@@ -582,6 +845,7 @@ def build(hub: SessionHub, artifacts: Path, *, pace_s: float | None = None) -> d
     ``controller``. ``pace_s``: the least seconds between live steps (default ``A01_UI_LIVE_PACE_S``)."""
     ctrl = WatchController(hub, artifacts, pace_s=pace_from_env() if pace_s is None else pace_s)
     c: dict[str, Any] = {}
+    c["story"] = safe.markdown_component("", elem_id="watch-story", elem_classes=["a01-story"])
     with gr.Row():
         # min_width: on a phone each picker takes a line of its own, its set's name readable
         c["left_set"] = gr.Dropdown([], label="Rollout set", elem_id="watch-left-set", min_width=300)
