@@ -271,3 +271,47 @@ def test_a_closed_session_replays_nothing_more(hub, monkeypatch):
     replayed = []
     monkeypatch.setattr(coach_module.Coach, "_replay", lambda self, source, step: replayed.append(step))
     assert coach.judge({"method": "GET", "path": NOTE, "as_user": OTHER_USER}) is None and replayed == []
+
+
+# ----- a hint always tells more than the task ----------------------------------------------------------
+def _every_hint_tells_something(bundles, split_of) -> None:
+    from envcore.env.hints import news
+    from envcore.scenario.splits import disclosure_for
+
+    told_nothing = []
+    for bundle in bundles:
+        disclosure = disclosure_for(split_of(bundle.scenario_id))
+        for hint in HINTS:
+            if not news(bundle, hint_text(bundle, hint.key, disclosure)):
+                told_nothing.append((bundle.scenario_id, hint.key))
+    assert told_nothing == []
+
+
+def test_the_first_hint_repeating_the_task_costs_nothing_because_it_never_does(shipped):
+    """The task names the route and a one-file app's file is in the file list: a 'where' hint of the
+    fix's file and the route alone repeated the task and cost 0.10. It names the route's handler (its
+    function, file and line) as well, which no task says."""
+    from envcore.env.hints import news
+
+    bundle = shipped.load("e8ea09a30453a31c")  # one file; the task names GET /api/shared/{code}
+    assert "`GET /api/shared/{code}`" in bundle.task
+    where = hint_text(bundle, "where", "words")
+    assert "`read_shared_review()` in `app.py` (line " in where
+    assert set(news(bundle, where)) == {"read_shared_review()", f"line {where.split('(line ')[1].split(')')[0]}"}
+    line = int(where.split("(line ")[1].split(")")[0])
+    assert bundle.files["app.py"].splitlines()[line - 1].lstrip().startswith(("def read_shared_review(",
+                                                                               "async def read_shared_review("))
+    lines = hint_text(bundle, "lines", "words")  # a held-out scenario's: where to read, no line of the fix
+    assert "`read_shared_review()`" in lines and "names no lines of the fix" in lines
+
+
+def test_every_hint_tells_more_than_the_task_on_a_large_sample_of_the_shipped_cache(shipped):
+    ids = sorted(shipped.ids())[::6]  # one in six (235 of 1,410), every split and code style among them
+    splits = {shipped.split_of(i) for i in ids}
+    assert splits == set(shipped.splits())  # every split (train, val, test, test_styles, external)
+    _every_hint_tells_something([shipped.load(i) for i in ids], shipped.split_of)
+
+
+@pytest.mark.slow
+def test_every_hint_of_every_shipped_scenario_tells_more_than_the_task(shipped):
+    _every_hint_tells_something(list(shipped), shipped.split_of)

@@ -188,3 +188,21 @@ def test_more_steps_with_the_same_patch_never_pay_more(shipped, sandbox):
     fixed = apply_patch(bundle.files, bundle.reference_fix)
     rewards = [play(sandbox, bundle, fixed, extra_steps=n).reward for n in (0, 3, 10)]
     assert rewards[0] > rewards[1] > rewards[2]
+
+
+def test_the_submit_text_never_writes_a_negative_zero():
+    """A reward of -0.0004 (a step's cost on an unchanged app) read "Reward -0.000" after submit, and a
+    term that rounds to zero was listed as "-0.000"; it reads +0.000, and such a term is left out."""
+    from envcore.env import render
+    from envcore.env.reward import RewardBreakdown, RewardComponent
+
+    tally = {"passed": 0, "total": 3}
+    result = {"outcome": "submitted", "resolution": "no", "security": tally, "regression": tally, "trap": tally}
+    breakdown = RewardBreakdown(reward=-0.0004, components=(
+        RewardComponent(name="steps_used", value=-0.0004, measured=1, detail="1/60 steps"),
+        RewardComponent(name="diff_size", value=-0.0, measured=0, detail="")))
+    text = render.final(result, breakdown, None)
+    assert text.endswith("Reward +0.000.") and "-0.000" not in text
+    costly = breakdown.model_copy(update={"reward": -0.1, "components": (
+        RewardComponent(name="budget_exhausted", value=-0.1, measured=1, detail=""),)})
+    assert render.final(result, costly, None).endswith("Reward -0.100: budget_exhausted -0.100")

@@ -307,6 +307,24 @@ def test_the_shipped_watch_tab_opens_on_a_held_out_scenario_at_the_step_that_dec
         assert f"Step {step} of" in out[f"{side}_title"]
 
 
+def test_markup_in_a_forged_log_or_manifest_is_text_in_the_banner(tmp_path):
+    from markdown_it import MarkdownIt
+
+    payload = "<img src=x onerror=alert(1)>[link](javascript:alert(1))`code`"
+    forged = played_out("h1", payload, "full", 0.9, split=payload, patch_at=(1,)).model_copy(
+        update={"reward_breakdown": {"reward": 0.9, "resolution": payload, "components": []}})
+    write_set(tmp_path, "evals/v9/heuristic", [forged])
+    write_set(tmp_path, "evals/v9/noop", [played_out("h1", "noop", "no", 0.0, split=payload)])
+    manifest = tmp_path / "scenarios" / "v1" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"scenarios": [{"scenario_id": "h1", "title": payload, "split": payload}]}))
+    story = WatchController(None, tmp_path).pick_sets("evals/v9/noop", "evals/v9/heuristic")["story"]
+    html = MarkdownIt("commonmark", {"html": True}).render(story)
+    tags = set(re.findall(r"<(\w+)", html))
+    assert tags <= {"p", "strong"}, (tags, html)  # no image, link or code made by the payload
+    assert payload in text(story)  # shown as it is, as text
+
+
 def test_watch_code_panes_wrap_and_size_to_their_text(tmp_path):
     hub = MagicMock()  # the layout only asks it for its live agents
     hub.live_agents.return_value = {}

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from envcore.numbers import signed
 from envcore.scenario.bundle import Bundle, BundleUser
 
 TOOLS_HELP = (
@@ -123,6 +124,8 @@ def final(result: dict[str, Any], breakdown: Any, note: str | None) -> str:
         lines.append(f"Submitted: {str(result['resolution']).upper()}. Exploits refused {s['passed']}/{s['total']}, "
                      f"legitimate use kept {r['passed']}/{r['total']}, traps respected {t['passed']}/{t['total']}"
                      + (f", guards held {g['passed']}/{g['total']}." if g else "."))
-    lines.append(f"Reward {breakdown.reward:+.3f}: " + ", ".join(
-        f"{c.name} {c.value:+.3f}" for c in breakdown.components if c.value))
+    # signed: a reward or a term that rounds to zero is +0.000, never -0.000; a term that rounds to
+    # zero says nothing and is left out
+    terms = ", ".join(f"{c.name} {signed(c.value)}" for c in breakdown.components if round(c.value, 3))
+    lines.append(f"Reward {signed(breakdown.reward)}" + (f": {terms}" if terms else "."))
     return "\n".join(lines)
