@@ -260,7 +260,7 @@ def assert_unaffected(live: LiveServer, bystander: Session, *, tolerated: str | 
     attack still steps and submits."""
     assert live.thread.is_alive(), "the server thread died"
     health = live.http.get("/health")
-    assert health.status_code == 200 and health.json() == {"status": "healthy"}
+    assert health.status_code == 200 and health.json()["status"] == "healthy" and health.json()["sandbox"]["grading"]
     observation = bystander.observe(tool="read_file", path=a_python_file(bystander.first), end_line=5)
     assert observation["error"] is None and observation["result"]["content"]
     frame = bystander.step(tool="submit")
