@@ -117,3 +117,61 @@ def test_a_bad_header_line_is_a_message_and_nothing_is_sent(browser, server):
     finally:
         context.close()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
+def test_a_newcomer_starts_on_a_friendly_scenario_and_never_loses_typed_text(browser, server, width, height):
+    """A new visitor presses New episode without choosing anything: a tier-1 scenario whose app is one
+    file. Text typed in the editor and not applied survives a pasted diff (kept on top of the patched
+    file), and New episode asks before dropping it. Every split of the cache is offered."""
+    from envcore.patching import make_diff
+    from ui.play_tab import FIRST_EPISODE_NOTE, first_scenario
+
+    cache = ScenarioCache.open(None)
+    first = first_scenario(cache)
+    bundle = cache.load(first)
+    assert bundle.tier == 1 and [p for p in bundle.files if p.endswith(".py")] == ["app.py"]
+    app = bundle.files["app.py"]
+    context, page, errors = open_page(browser, server, {"width": width, "height": height})
+    try:
+        box = page.locator("#play-split").get_by_role("combobox")
+        box.click()
+        offered = page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option").all_inner_texts()
+        assert [o.split("\n")[-1].strip() for o in offered] == ["any", *cache.splits()]  # the chosen one has a ✓
+        page.keyboard.press("Escape")
+
+        page.click("#play-new")
+        wait_text(page, "play-status", first)
+        wait_text(page, "play-new-msg", FIRST_EPISODE_NOTE[:30])
+
+        page.get_by_role("tab", name="Code").click()
+        page.locator("#play-files").get_by_text("app.py", exact=True).click()
+        wait_text(page, "play-editor", "import")
+        editor = page.locator("#play-editor .cm-content")
+        editor.click()
+        page.keyboard.press("Control+End")
+        page.keyboard.type("\n# my note, not applied yet")
+        page.wait_for_function("() => document.querySelector('#play-editor .cm-content').innerText"
+                               ".includes('# my note, not applied yet')")
+
+        page.locator("#play-patch-box").get_by_text("Paste a unified diff instead").click()
+        page.locator("#play-patch textarea").fill(make_diff({"app.py": app}, {"app.py": "# reviewed\n" + app}))
+        page.click("#play-apply-diff")
+        wait_text(page, "play-patch-msg", "kept on top of the patched file")
+        text = page.locator("#play-editor .cm-content").inner_text()
+        assert "# reviewed" in text and "# my note, not applied yet" in text  # the diff, and the typed text
+        page.screenshot(path=f"/tmp/watchplay-play-editor-kept-{width}.png", full_page=False)
+
+        page.click("#play-new")
+        wait_text(page, "play-new-msg", "not applied yet")
+        assert "press New episode again" in page.locator("#play-new-msg").inner_text()
+        assert "step 2 of" in page.locator("#play-status").inner_text()  # nothing started (read, patch)
+        page.click("#play-new")
+        wait_text(page, "play-status", "step 0 of")
+        assert "not applied" not in page.locator("#play-new-msg").inner_text()
+        no_error_overlay(page)
+        shot(page, f"play-first-episode-{width}")
+        page.screenshot(path=f"/tmp/watchplay-play-{width}.png", full_page=True)
+    finally:
+        context.close()
+    assert not errors, errors

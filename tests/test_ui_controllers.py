@@ -313,3 +313,145 @@ def test_the_episode_log_lists_every_step_when_opened(episode):
     log = ctrl.episode_log(sid)["log"]
     assert list(log["tool"]) == ["search_code", "http_request"]
     assert list(ctrl.episode_log(None)["log"].columns) == play_tab.LOG_COLUMNS
+
+
+# ----- what a newcomer meets in Play ---------------------------------------------------------------------
+def test_every_split_of_the_cache_can_be_chosen(tabs, hub):
+    """train, val and test were written into the page; test_styles and external (held-out splits of the
+    shipped cache) could not be chosen. The dropdown lists the cache's splits, read from its manifest."""
+    manifest_splits = {row["split"] for row in hub.runtime.cache.rows}
+    choices = [value for _, value in tabs["play"]["split"].choices]
+    assert choices == [play_tab.ANY, *hub.runtime.cache.splits()]
+    assert set(choices) == {play_tab.ANY} | manifest_splits >= {"test_styles", "external"}
+    assert tabs["play"]["split"].value == "test"
+
+
+def test_a_new_visitors_first_episode_is_a_friendly_tier_1_one_file_scenario(tabs, hub):
+    ctrl = tabs["play"]["controller"]
+    cache = hub.runtime.cache
+    first = play_tab.first_scenario(cache)
+    assert first == play_tab.first_scenario(cache)  # the same for every visitor
+    row = cache.row(first)
+    code = [path for path in cache.load(first).files if path.endswith(".py")]
+    assert row["tier"] == 1 and len(code) == 1 and row["split"] == "test"  # held out, as the agents' evaluation
+
+    out = ctrl.new_episode(None, "test", "any", "any", "any", "", "", 40, "")  # everything as the page shows it
+    sid = out["sid"]
+    try:
+        assert ctrl.hub.state(sid).scenario_id == first and out["notice"] == play_tab.FIRST_EPISODE_NOTE
+        later = ctrl.new_episode(sid, "test", "any", "any", "any", "", "", 40, "")  # later: the visitor's choices
+        assert "notice" not in later
+        chosen = ctrl.new_episode(sid, "test_styles", "any", "any", "any", "", "", 40, "")
+        assert ctrl.hub.runtime.cache.split_of(ctrl.hub.state(sid).scenario_id) == "test_styles"
+        assert "notice" not in chosen
+    finally:
+        ctrl.hub.close(sid)
+    tier_two = ctrl.new_episode(None, "test", "any", "2", "any", "", "", 40, "")  # a choice made: followed at once
+    assert cache.row(ctrl.hub.state(tier_two["sid"]).scenario_id)["tier"] == 2 and "notice" not in tier_two
+    ctrl.hub.close(tier_two["sid"])
+
+
+def _open_code_file(ctrl, sid) -> tuple[str, str, dict]:
+    """The app's longest Python file, opened: (path, its text, the editor's state)."""
+    path = max((f for f in _files(ctrl, sid) if f.endswith(".py")), key=lambda f: len(ctrl.hub.current_file(sid, f)))
+    out = ctrl.open_file(sid, path)
+    return path, out["editor"]["value"], out["editing"]
+
+
+def test_a_pasted_diff_keeps_the_players_unapplied_edit_on_top_of_the_patched_file(episode):
+    from envcore.patching import make_diff
+
+    ctrl, sid = episode
+    path, original, editing = _open_code_file(ctrl, sid)
+    typed = original + "# my note, not applied yet\n"  # the player's unapplied edit, at the end
+    lines = original.splitlines(keepends=True)
+    patched = "".join(["# a pasted fix at the top\n", *lines])
+    out = ctrl.apply_diff(sid, make_diff({path: original}, {path: patched}), editing, typed)
+    assert ctrl.hub.current_file(sid, path) == patched  # the diff applied
+    assert out["editor"]["value"] == patched + "# my note, not applied yet\n"  # and the edit kept on top
+    assert out["editing"]["base"] == patched and "kept on top of the patched file" in out["notice"]
+    ctrl.apply_edit(sid, out["editing"], out["editor"]["value"])  # it applies from there
+    assert ctrl.hub.current_file(sid, path).endswith("# my note, not applied yet\n")
+
+
+def test_a_pasted_diff_on_the_lines_being_edited_sets_the_edit_aside_never_drops_it(episode):
+    from envcore.patching import make_diff
+
+    ctrl, sid = episode
+    path, original, editing = _open_code_file(ctrl, sid)
+    lines = original.splitlines(keepends=True)
+    typed = "".join([*lines[:3], "# mine instead\n", *lines[4:]])
+    theirs = "".join([*lines[:3], "# the diff's instead\n", *lines[4:]])
+    out = ctrl.apply_diff(sid, make_diff({path: original}, {path: theirs}), editing, typed)
+    assert out["editor"]["value"] == theirs == ctrl.hub.current_file(sid, path)  # the file as it is now
+    aside = out["set_aside"]
+    assert aside["visible"] and typed in aside["value"] and path in aside["label"]  # the player's text, kept
+    assert "set aside under the editor" in out["notice"]
+    assert out["editing"]["set_aside"] == [[path, typed]]
+
+
+def test_a_diff_to_another_file_leaves_the_editor_as_the_player_left_it(episode):
+    ctrl, sid = episode
+    path, original, editing = _open_code_file(ctrl, sid)
+    typed = original + "# mine\n"
+    new_file = "--- /dev/null\n+++ b/notes_for_review.py\n@@ -0,0 +1 @@\n+# a new file\n"
+    out = ctrl.apply_diff(sid, new_file, editing, typed)
+    assert "editor" not in out and out["editing"]["base"] == original  # nothing replaced the player's text
+    assert "stays in the editor" in out["notice"]
+
+
+def test_opening_another_file_keeps_the_unapplied_edit_as_a_draft(episode):
+    ctrl, sid = episode
+    code = [f for f in _files(ctrl, sid) if f.endswith(".py")]
+    assert len(code) >= 2, "SCENARIO's app has several files"
+    first, second = code[:2]
+    opened = ctrl.open_file(sid, first)
+    typed = opened["editor"]["value"] + "# draft\n"
+    out = ctrl.open_file(sid, second, opened["editing"], typed)
+    assert out["editor"]["label"] == second and f"open {first} again" in out["notice"]
+    back = ctrl.open_file(sid, first, out["editing"], out["editor"]["value"])
+    assert back["editor"]["value"] == typed and "is back" in back["notice"]
+    assert "drafts" not in back["editing"]
+
+
+def test_new_episode_and_submit_ask_first_when_the_editor_holds_unapplied_text(episode):
+    ctrl, sid = episode
+    path, original, editing = _open_code_file(ctrl, sid)
+    typed = original + "# not applied\n"
+    before = ctrl.hub.state(sid)
+    asked = ctrl.new_episode(sid, "any", "any", "any", "any", SCENARIO, None, 40, "tester", editing, typed)
+    assert "not applied yet" in asked["refused"] and "press New episode again" in asked["refused"]
+    assert ctrl.hub.state(sid).episode_id == before.episode_id  # nothing started
+    asked = ctrl.submit(sid, asked["editing"], typed)  # another question for another action
+    assert "would not be graded" in asked["refused"] and not ctrl.hub.state(sid).done
+    submitted = ctrl.submit(sid, asked["editing"], typed)  # the second press goes on
+    assert "Submitted" in submitted["verdict"] and ctrl.hub.state(sid).done
+    again = ctrl.new_episode(sid, "any", "any", "any", "any", SCENARIO, None, 40, "tester", editing, typed)
+    assert "refused" not in again  # over: nothing of it can be applied any more, so nothing to ask
+
+
+def test_messages_use_the_pages_words_not_the_environments(episode):
+    """The environment tells an agent to "reset"; the page's button says New episode."""
+    import ast
+    import inspect
+
+    ctrl, sid = episode
+    ctrl.submit(sid)
+    refused = ctrl.run_tests(sid)["refused"]
+    assert "press New episode to start another" in refused and "reset" not in refused
+    ctrl.hub.close(sid)  # the session ends (the page closed, the idle timeout ran out)
+    with pytest.raises(UserError, match="press New episode") as caught:
+        ctrl.take_hint(sid)
+    assert "reset" not in str(caught.value)
+    # every message these tabs write, as written in their code (the words the environment uses for
+    # its own actions only as what PAGE_WORDS replaces)
+    from ui import rollout_view
+    allowed = {said for said, _ in play_tab.PAGE_WORDS}
+    for module in (play_tab, watch_tab, rollout_view):
+        tree = ast.parse(inspect.getsource(module))
+        docstrings = {id(node.value) for node in ast.walk(tree)  # a string on its own: documentation
+                      if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                if "reset" in node.value.lower() and node.value not in allowed:
+                    pytest.fail(f"{module.__name__}: {node.value!r}")
