@@ -63,7 +63,9 @@ ANONYMOUS = "(anonymous)"
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 LOG_COLUMNS = ["step", "tool", "refused", "ms"]
 PROBE_COLUMNS = list(rollout_view.PROBE_COLUMNS)
-PROBE_WIDTHS = ["7%", "9%", "6%", "6%", "30%", "26%", "16%"]
+PROBE_WIDTHS = ["100px", "120px", "90px", "90px", "300px", "260px", "200px"]
+"""Fixed widths (the table scrolls sideways in its own box on a narrow screen): shares of a phone's width
+broke every header into letters."""
 MESSAGE_SLOTS = ("new", "code", "search", "patch", "http", "tests", "submit", "hint")
 """Where the tab's messages appear: beside New episode, the editor, search, the pasted diff, Send, the
 test and diff buttons, Submit, and the hint button."""
