@@ -11,6 +11,7 @@ module reads those files, read-only and without the training stack, and says it 
 * :func:`stages_markdown`: every run's whole table for the training panel.
 
 Everything read from a file is escaped (:mod:`ui.safe`); a file that is not a stage table is skipped.
+Rewards and differences are written by :func:`envcore.numbers.signed` (never ``-0.000``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from envcore.numbers import signed
 from ui import safe
 
 TITLES = {"base": "base", "sft": "SFT", "sft+grpo": "SFT+GRPO"}
@@ -179,7 +181,7 @@ def stages_markdown(tables: list[dict[str, Any]]) -> str:
 
                 out.append(f"| {safe.markdown(name)} | {TITLES.get(stage, safe.markdown(stage))} | {int(s['episodes'])} | "
                            f"{cell('full_fix')} | {cell('security_pass')} | {cell('regression_pass')} | "
-                           f"{float(o['reward']['mean']):+.3f} | {float(s['format_error_rate']):.0%} |")
+                           f"{signed(float(o['reward']['mean']))} | {float(s['format_error_rate']):.0%} |")
         rows = []
         for name, block in table["slices"].items():
             for label, c in (block.get("comparisons") or {}).items():
@@ -187,7 +189,7 @@ def stages_markdown(tables: list[dict[str, Any]]) -> str:
                     later, earlier = label.split(" vs ")
                     d = c["reward_difference"]
                     rows.append(f"| {safe.markdown(name)} | {TITLES.get(later, later)} vs {TITLES.get(earlier, earlier)} | "
-                                f"{int(c['scenarios'])} | {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | "
+                                f"{int(c['scenarios'])} | {signed(d['mean'])} [{signed(d['ci95'][0])}, {signed(d['ci95'][1])}] | "
                                 f"{int(c['full_fix']['only_other'])} / {int(c['full_fix']['only_base'])} |")
                 except (KeyError, TypeError, ValueError):
                     continue

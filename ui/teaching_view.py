@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from envcore.numbers import signed
 from ui import diff_view, safe
 
 CWE_NAMES = {
@@ -165,7 +166,7 @@ def debrief_markdown(debrief: dict[str, Any] | None) -> str:
     category = debrief.get("category") or {}
     resolution = str(debrief.get("resolution") or "none").upper()
     reward = debrief.get("reward")
-    score = f"reward {reward:+.3f}" if isinstance(reward, (int, float)) else "no reward (the grader could not run)"
+    score = f"reward {signed(reward)}" if isinstance(reward, (int, float)) else "no reward (the grader could not run)"
     if not category.get("failure", True) and category.get("name") == "solved":
         verdict = f"### ✓ Fixed: {safe.markdown(resolution)} ({score})"
     elif category.get("name") == "infrastructure":
