@@ -327,50 +327,38 @@ def test_manifest_frame_and_filters():
 
 
 # ----- DataFrames -> figures ----------------------------------------------------------------------
-def test_rate_chart_has_a_bar_per_set_with_intervals(shipped_frame):
+def test_the_rates_chart_names_tiers_and_draws_each_cell_from_the_table(shipped_frame):
     table = data.rate_table(shipped_frame, "tier", "full_fix", samples=300)
     figure = charts.rate_chart(table, by="tier", metric="full_fix")
-    assert [t.name for t in figure.data] == list(dict.fromkeys(table["set"]))
-    assert all(t.type == "bar" and t.orientation == "h" for t in figure.data)  # labels level, on a phone too
-    heuristic = next(t for t in figure.data if t.name == "heuristic")
-    rows = table[table["set"] == "heuristic"]
-    assert list(heuristic.y) == ["tier 1", "tier 2", "tier 3"]
-    assert list(heuristic.x) == pytest.approx(rows["mean"].tolist())
-    assert list(heuristic.error_x.array) == pytest.approx((rows["high"] - rows["mean"]).tolist())
-    assert list(heuristic.error_x.arrayminus) == pytest.approx((rows["mean"] - rows["low"]).tolist())
-    assert heuristic.error_x.symmetric is False
-    assert figure.layout.xaxis.tickformat == ".0%" and tuple(figure.layout.xaxis.range) == (0, 1.02)
+    cells = figure.data[0]
+    assert list(cells.y) == ["tier 1", "tier 2", "tier 3"]
+    assert list(cells.x) == list(dict.fromkeys(table["set"]))
+    column = list(cells.x).index("heuristic")
+    assert [line[column] for line in cells.z] == pytest.approx(table[table["set"] == "heuristic"]["mean"].tolist())
     assert "Full-fix rate by tier" in figure.layout.title.text  # the title names the groups: no axis title
-    assert len({t.marker.color for t in figure.data}) == len(figure.data)
-    named = charts.rate_chart(table, by="tier", metric="full_fix", names={"heuristic": "Heuristic <baseline>"})
-    assert "Heuristic &lt;baseline&gt;" in [t.name for t in named.data]  # shown by its words, escaped
 
 
 def test_charts_share_colours_given_one_mapping():
-    frame = data.episode_frame({"b": [make_record("s1")], "a": [make_record("s1", agent="x", reward=0.1)]})
+    frame = data.episode_frame({"b": [make_record("s1")], "a": [make_record("s1", agent="x", reward=0.1)],
+                                "c": [make_record("s1", agent="y", reward=0.3)]})
     colors = charts.set_colors(["a", "b", "c"])
     assert colors == {"a": charts.PALETTE[0], "b": charts.PALETTE[1], "c": charts.PALETTE[2]}
-    rates = charts.rate_chart(data.rate_table(frame, "overall", "reward", samples=50), by="overall",
-                              metric="reward", colors=colors)
-    delta = charts.delta_chart(data.paired_delta_table(frame, "b", "a", samples=50), base="b", other="a",
+    one = charts.delta_chart(data.paired_delta_table(frame, "b", "a", samples=50), base="b", other="a",
+                             metric="reward", colors=colors)
+    other = charts.delta_chart(data.paired_delta_table(frame, "c", "a", samples=50), base="c", other="a",
                                metric="reward", colors=colors)
-    assert {t.name: t.marker.color for t in rates.data} == {"b": colors["b"], "a": colors["a"]}
-    assert delta.data[0].marker.color == colors["a"]
-    assert rates.layout.xaxis.tickformat is None  # reward is not a rate
+    assert one.data[0].marker.color == other.data[0].marker.color == colors["a"]
 
 
 @pytest.mark.parametrize("n", [2, 8, 9, 12, 24])
 def test_every_set_gets_a_colour_of_its_own_for_any_number_of_sets(n):
     """Ten sets used to share eight colours (an adapter drawn in the heuristic's): now every set's
-    bars differ from every other's by a visible CIELAB distance, the Okabe-Ito colours first."""
+    colour differs from every other's by a visible CIELAB distance, the Okabe-Ito colours first."""
     from itertools import combinations
 
     names = [f"set-{i:02d}" for i in range(n)]
-    frame = data.episode_frame({name: [make_record("s1", agent=name, reward=i / n)] for i, name in enumerate(names)})
-    figure = charts.rate_chart(data.rate_table(frame, "overall", "reward", samples=20), by="overall",
-                               metric="reward", colors=charts.set_colors(names))
-    drawn = [t.marker.color for t in figure.data]
-    assert len(drawn) == n
+    drawn = list(charts.set_colors(names).values())
+    assert len(set(drawn)) == n
     assert drawn[: min(n, 8)] == list(charts.PALETTE[: min(n, 8)])
     closest = min(charts.color_distance(a, b) for a, b in combinations(drawn, 2))
     assert closest >= charts.MIN_COLOR_DISTANCE, closest
@@ -540,7 +528,7 @@ def test_the_leaderboard_is_shown_as_people_read_it():
     })
     info = {"evals/a": data.SetInfo("Agent A · evals", caveat="pipeline check, not a skilled agent"),
             "evals/b": data.SetInfo("Agent B · evals")}
-    shown = data.leaderboard_display(data.leaderboard_table(frame, info, samples=50))
+    shown = data.leaderboard_display(data.leaderboard_table(frame, info, samples=50, min_episodes=1))
     assert list(shown.columns) == list(data.LEADERBOARD_HEADERS)
     first = shown.iloc[0].to_dict()
     assert {k: v for k, v in first.items() if "CI" not in k} == {
@@ -560,3 +548,117 @@ def test_a_models_parameters_are_counted_with_grouped_query_attention():
     built = sum(p.numel() for p in LlamaForCausalLM(config).parameters())
     worked_out = artifact_sets.model_parameters(config.to_dict())
     assert abs(worked_out - built) / built < 0.01  # only the norms' few weights are left out
+
+
+# ----- a compact first view that a newcomer reads at once -----------------------------------------
+def _episodes(agent: str, rewards: list[float], *, bug_class: str = "idor_read") -> list[EpisodeRecord]:
+    return [make_record(f"s{i}", agent=agent, reward=r, resolution="full" if r >= 0.9 else "no", bug_class=bug_class,
+                        episode_id=f"{agent}-{i}") for i, r in enumerate(rewards)]
+
+
+def test_one_lucky_human_episode_is_listed_unranked_below_an_agent_measured_on_hundreds():
+    """One human episode at +0.897 (n = 1, an interval of zero width) used to rank first, above the
+    heuristic's 322 episodes: an entrant with fewer than MIN_RANKED_EPISODES graded episodes is now
+    listed with its n, after every ranked one."""
+    threshold = data.MIN_RANKED_EPISODES
+    frame = data.episode_frame({
+        "human": _episodes("human:zoe", [0.897]) + _episodes("human:alice", [0.5] * threshold),
+        "evals/heuristic": _episodes("heuristic", [0.2, 0.1, 0.3, 0.2, 0.2, 0.0, 0.4, 0.2]),
+    })
+    info = {"human": data.SetInfo("Human players · this Space", kind="human"),
+            "evals/heuristic": data.SetInfo("Heuristic baseline (scripted) · evals")}
+    board = data.leaderboard_table(frame, info, samples=50)
+    assert board["name"].tolist() == ["alice (human player)", "Heuristic baseline (scripted)", "zoe (human player)"]
+    assert board["rank"].tolist() == [1, 2, 0]  # enough episodes: ranked; one: listed, not ranked
+    zoe = board.iloc[-1]
+    assert zoe["standing"] == "unranked" and zoe["graded"] == 1
+    assert "1 episode: too few to rank" in zoe["note"] and str(threshold) in zoe["note"]
+    shown = data.leaderboard_display(board).iloc[-1]
+    assert (shown["#"], shown["episodes"]) == ("–", "1")
+    assert "too few to rank" in shown["about"]
+
+
+def test_entrants_that_share_a_name_are_told_apart_in_the_name_itself():
+    """Two heuristic runs (caches v2 and v5) and three stages of one model (three splits) were all
+    called alike, told apart only by a column off a phone's screen."""
+    sets = {name: _episodes(name, [0.1] * 5) for name in (
+        "evals/v2/heuristic", "evals/v5/heuristic", "training/r/eval/test/sft", "training/r/eval/test_styles/sft",
+        "training/r/eval/trained/sft", "evals/v5/noop")}
+    info = {
+        "evals/v2/heuristic": data.SetInfo("Heuristic baseline (scripted) · evals/v2", split="test", cache="v2"),
+        "evals/v5/heuristic": data.SetInfo("Heuristic baseline (scripted) · evals/v5", split="test", cache="v5"),
+        "training/r/eval/test/sft": data.SetInfo("r after SFT · held-out eval (test)", split="test", cache="v3"),
+        "training/r/eval/test_styles/sft": data.SetInfo("r after SFT · held-out eval (test_styles)",
+                                                        split="test_styles", cache="v3"),
+        "training/r/eval/trained/sft": data.SetInfo("r after SFT · the scenarios it learned", split="trained"),
+        "evals/v5/noop": data.SetInfo("No-op (submits the app unchanged) · evals/v5", split="test", cache="v5"),
+    }
+    board = data.leaderboard_table(data.episode_frame(sets), info, samples=20)
+    names = dict(zip(board["set"], board["name"]))
+    assert len(set(names.values())) == len(names), names
+    assert names["evals/v2/heuristic"] == "Heuristic baseline (scripted) · cache v2"
+    assert names["evals/v5/heuristic"] == "Heuristic baseline (scripted) · cache v5"
+    assert names["training/r/eval/test_styles/sft"] == "r after SFT · test_styles split"
+    assert names["training/r/eval/trained/sft"] == "r after SFT · its training scenarios"
+    assert names["evals/v5/noop"] == "No-op (submits the app unchanged)"  # a name of its own keeps no tag
+    # nothing that tells them apart but the folder: the folder
+    alike = {"a/x": data.SetInfo("Same · a"), "b/x": data.SetInfo("Same · b")}
+    assert data.distinct_names({"a/x": ("Same", alike["a/x"]), "b/x": ("Same", alike["b/x"])}) == {
+        "a/x": "Same · a", "b/x": "Same · b"}
+
+
+def test_the_split_filter_offers_every_split_the_cache_has():
+    manifest = data.manifest_frame(ScenarioCache.open(None).rows)
+    assert data.split_choices(manifest) == ["train", "val", "test", "test_styles", "external"]
+    odd = data.manifest_frame([{"scenario_id": "a", "split": "zeta"}, {"scenario_id": "b", "split": "test"},
+                               {"scenario_id": "c", "split": "alpha"}])
+    assert data.split_choices(odd) == ["test", "alpha", "zeta"]  # the known ones in order, then the others
+
+
+@pytest.mark.parametrize("rewards, expected, description", [
+    ([-0.0004, 0.0, 0.0, 0.0, 0.0], "+0.000", "a mean that rounds to zero from below"),
+    ([-0.0, -0.0, -0.0, -0.0, -0.0], "+0.000", "negative zero itself"),
+    ([-0.002, -0.002, -0.002, -0.002, -0.002], "-0.002", "a real negative"),
+])
+def test_a_reward_that_rounds_to_zero_is_never_shown_as_minus_zero(rewards, expected, description):
+    frame = data.episode_frame({"evals/a": _episodes("a", rewards)})
+    row = data.leaderboard_display(data.leaderboard_table(frame, {}, samples=20)).iloc[0]
+    assert row["mean reward"] == expected, description
+    assert "-0.000" not in row["reward 95% CI"], description
+
+
+def test_the_rates_chart_is_a_heatmap_of_slices_by_set_with_each_interval_on_hover(shipped_frame):
+    """Fifteen sets drawn as grouped bars were fifteen hairlines per slice under a fifteen-entry legend
+    of near-identical colours: each (slice, set) is now one cell, its value written in it."""
+    table = data.rate_table(shipped_frame, "bug_class", "full_fix", samples=100)
+    names = {"heuristic": "Heuristic <baseline>"}
+    figure = charts.rate_chart(table, by="bug_class", metric="full_fix", names=names)
+    assert len(figure.data) == 1 and figure.data[0].type == "heatmap"
+    cells = figure.data[0]
+    groups, sets = sorted(set(table["group"])), list(dict.fromkeys(table["set"]))
+    assert list(cells.y) == groups and len(cells.x) == len(sets)
+    assert "Heuristic &lt;baseline&gt;" in cells.x[sets.index("heuristic")].replace("<br>", " ")
+    row, column = groups.index("idor_read"), sets.index("heuristic")
+    expected = table[(table["group"] == "idor_read") & (table["set"] == "heuristic")].iloc[0]
+    assert cells.z[row][column] == pytest.approx(expected["mean"])
+    assert cells.text[row][column] == f"{expected['mean']:.0%}"
+    assert cells.customdata[row][column][:3] == [f"{expected['low']:.0%}", f"{expected['high']:.0%}",
+                                                 int(expected["n"])]
+    assert (cells.zmin, cells.zmax) == (0, 1)
+    assert figure.layout.height >= 24 * len(groups)  # a row per slice, tall enough for its label
+    reward = charts.rate_chart(data.rate_table(shipped_frame, "tier", "reward", samples=50), by="tier", metric="reward")
+    assert reward.data[0].zmid == 0 and all("-0.00" not in t for line in reward.data[0].text for t in line if t)
+
+
+def test_every_chart_gives_each_row_room_for_its_wrapped_label():
+    """Names of four lines in rows 46 pixels apart overlapped in "How the episodes ended"."""
+    long = {f"set-{i}": f"a rather long name of a set number {i} · with where it came from · and a caveat"
+            for i in range(6)}
+    frame = data.episode_frame({name: [make_record("s1", agent=name, reward=0.1 * i)] for i, name in enumerate(long)})
+    outcomes = charts.outcome_chart(data.outcome_table(frame), names=long)
+    components = charts.component_chart(data.component_means(frame), names=long)
+    for figure in (outcomes, components):
+        labels = list(dict.fromkeys(figure.data[0].y))
+        lines = max(label.count("<br>") + 1 for label in labels)
+        assert lines >= 3
+        assert figure.layout.height >= charts.FIXED_HEIGHT + len(labels) * lines * charts.LINE_HEIGHT, figure.layout.height

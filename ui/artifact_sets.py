@@ -73,6 +73,14 @@ class RolloutSet:
     caveat: str = ""
     """Why the set's numbers say little about skill, or ``""``: :data:`PIPELINE_CHECK` for a model so
     small that its runs only show that the pipeline works end to end."""
+    split: str = ""
+    """The scenarios it played (:func:`played_on`): a split of the cache (``test``, ``test_styles``
+    ...), :data:`LEARNED_SLICE` for a stage on the scenarios its run trained on, ``""`` when unknown."""
+    cache: str = ""
+    """The scenario cache it played (``v5``), from its ``summary.json``; ``""`` when unknown."""
+    model: str = ""
+    """The model its ``summary.json`` says was played (``run.model``); ``""`` for a scripted agent, a
+    human log or a set with no summary."""
 
     @property
     def evaluated(self) -> bool:
@@ -80,11 +88,28 @@ class RolloutSet:
         return (self.path.parent / "summary.json").is_file()
 
 
+LEARNED_SLICE = "trained"
+"""The slice of a three-stage table (``training/<run>/eval/trained/<stage>``) that holds the scenarios
+its run trained on."""
+
+
+def played_on(name: str, folder: Path) -> tuple[str, str]:
+    """``(split, cache)`` a set played: the slice a stage table's folder names
+    (``training/<run>/eval/<slice>/<stage>``), else what its ``summary.json`` says (``run.split``,
+    ``run.cache``); ``""`` for what is not known. Two sets of the same agent are told apart by these (:func:`ui.data.distinct_names`)."""
+    run = _summary_run(folder)
+    split, cache = run.get("split"), run.get("cache")
+    parts = name.split("/")
+    if "training" in parts and len(parts) >= 3 and parts[-3] == "eval" and parts[-1] in STAGE_WORDS:
+        split = parts[-2]  # a stage table's slice says more than the summary's (the learned ones: "any")
+    return (split if isinstance(split, str) else ""), (cache if isinstance(cache, str) else "")
+
+
 def plays_learned_scenarios(rollout_set: "RolloutSet") -> bool:
     """Whether the set is a stage evaluated on the scenarios its run trained on
     (``training/<run>/eval/trained/<stage>``): what it learned, not a held-out result."""
     parts = rollout_set.name.split("/")
-    return "training" in parts and len(parts) >= 3 and parts[-3] == "eval" and parts[-2] == "trained" \
+    return "training" in parts and len(parts) >= 3 and parts[-3] == "eval" and parts[-2] == LEARNED_SLICE \
         and parts[-1] in STAGE_WORDS
 
 
@@ -216,7 +241,7 @@ def describe(name: str, kind: str, folder: Path, root: Path) -> tuple[str, str]:
         training = parts[parts.index("training") + 1] if len(parts) > parts.index("training") + 1 else leaf
         if len(parts) >= 3 and parts[-3] == "eval" and leaf in STAGE_WORDS:  # eval/<slice>/<stage>: a stage table
             words = f"{training} {STAGE_WORDS[leaf]}"
-            where = "the scenarios it learned" if parts[-2] == "trained" else f"held-out eval ({parts[-2]})"
+            where = "the scenarios it learned" if parts[-2] == LEARNED_SLICE else f"held-out eval ({parts[-2]})"
             caveat = SMALL_STAGE if is_pipeline_check(root, folder, name) else ""
             return " · ".join(p for p in (words, where, caveat) if p), caveat
         if leaf in ("trained", "base") and "eval" in parts:
@@ -249,7 +274,10 @@ def discover(root: Path, *, human_log: Path | None = None) -> list[RolloutSet]:
         for name, path in find_episode_logs(root, skip_dirs=SKIPPED_DIRS, empty_ok=True).items():
             kind = _kind(name, path.parent)
             label, caveat = describe(name, kind, path.parent, root)
-            sets.append(RolloutSet(name=name, path=path, kind=kind, label=label, caveat=caveat))
+            split, cache = played_on(name, path.parent)
+            model = _summary_run(path.parent).get("model")
+            sets.append(RolloutSet(name=name, path=path, kind=kind, label=label, caveat=caveat, split=split,
+                                   cache=cache, model=model if isinstance(model, str) else ""))
     if human_log is not None and not any(_same_file(s.path, Path(human_log)) for s in sets):
         default = root / HUMAN / "episodes.jsonl"
         sets = [s for s in sets if not (s.name == HUMAN and _same_file(s.path, default))]

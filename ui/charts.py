@@ -12,9 +12,18 @@ Choices:
   chart assigns colours to the sets it draws, consistent only within that chart.
 * Sets are keyed by their name everywhere (colours, tables) but shown by ``names`` (their words:
   ``Heuristic baseline (scripted)``), when the caller passes them.
-* Bars run horizontally, one row per slice, set or player, with the labels on the left: a phone's
-  390 pixels then hold the same chart as a desktop, only taller, and long names (bug classes, sets)
-  are read level rather than tilted.
+* Bars run horizontally, one row per set or player, with the labels on the left: a phone's
+  390 pixels then hold the same chart as a desktop, only taller, and long names are read level
+  rather than tilted. A chart is as tall as its rows need: each row gets :data:`LINE_HEIGHT` pixels
+  per line of its wrapped label (:func:`rows_height`), so labels of several lines never overlap
+  their neighbours' (they did, four lines in rows 46 pixels apart).
+* Where every set is measured on every slice (:func:`rate_chart`), the chart is a heatmap: one row
+  per slice, one column per set under a short name, the value written in its cell and the interval
+  and n on hover. Grouped bars drew fifteen sets as fifteen hairlines per slice under a fifteen-entry
+  legend of near-identical colours; a cell per (slice, set) reads at a glance at any number of sets.
+  Column labels are one line each, level where they fit and upright only where they would overlap
+  (a phone; Plotly's ``autotickangles``): two-line labels stood upright are wider than a phone's
+  columns.
 * Rate metrics (:data:`ui.data.RATE_METRICS`) get a fixed 0-100% axis so charts compare at a glance;
   reward and steps get an axis fitted to the data.
 * Stacked bars (:func:`outcome_chart`, :func:`failure_chart`) are drawn from tables with a value for
@@ -27,6 +36,9 @@ Choices:
   data (set, run, agent, slice, component and category names) goes through :func:`ui.safe.plot`;
   hover templates read such text from the trace (``%{fullData.name}``, ``%{x}``, ``%{meta[0]}``) and
   never embed it, so a ``%{...}`` in a name is not a placeholder.
+* Signed numbers a reader sees (cell texts, hovers) are written here by
+  :func:`envcore.numbers.signed` and sent as text: Plotly's own ``+.3f`` writes a value that rounds
+  to zero from below as ``-0.000``.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
+from envcore.numbers import signed, signed_percent
 from ui import safe
 from ui.data import GROUP_LABELS, METRIC_LABELS, OUTCOMES, RATE_METRICS
 
@@ -132,6 +145,30 @@ def _wrapped(text: str, width: int = 26) -> str:
     return "<br>".join(safe.plot(line) for line in lines) or safe.plot(text)
 
 
+LINE_HEIGHT = 16
+"""Pixels per line of a wrapped row label (12-pixel text, Plotly's 1.3 line spacing, and a little air)."""
+ROW_GAP = 10
+"""Pixels between two rows' labels, so that a bar keeps some air above and below."""
+FIXED_HEIGHT = 180
+"""Pixels of a horizontal chart that are not rows: its title (or the margin where it would be), a
+legend wrapped to several lines on a phone, the value axis and its title."""
+
+TITLE_HEIGHT = 40
+"""Pixels a chart's title takes (a chart the page names over it has none)."""
+
+
+def _lines(label: str) -> int:
+    return label.count("<br>") + 1
+
+
+def rows_height(labels: Iterable[str], *, fixed: int = FIXED_HEIGHT) -> int:
+    """A chart's height with one row per label: :data:`FIXED_HEIGHT` plus, per row, as many lines as
+    the longest label has (a category axis spaces its rows evenly), and :data:`ROW_GAP`."""
+    labels = list(labels)
+    lines = max((_lines(label) for label in labels), default=1)
+    return fixed + len(labels) * (lines * LINE_HEIGHT + ROW_GAP)
+
+
 LEGEND = {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left", "title": {"text": ""},
           "traceorder": "normal"}
 """A horizontal legend above the plot: it wraps to the width of a phone instead of taking half of it."""
@@ -171,41 +208,98 @@ def _value_axis(metric: str) -> dict:
     return {"title": {"text": _metric_label(metric)}, "zeroline": True, "zerolinecolor": ZERO_LINE}
 
 
+RATE_SCALE = [[0.0, "#F3F5F7"], [1.0, "#00805C"]]
+"""A share: pale grey at 0% to a deep Okabe-Ito green at 100% (white text reads on it)."""
+REWARD_SCALE = [[0.0, "#D55E00"], [0.5, "#F7F7F7"], [1.0, "#0072B2"]]
+"""A reward: vermilion below zero, blue above, white at zero (Okabe-Ito's ends, told apart by all)."""
+COLUMN_CHARACTERS = 30
+"""The longest column label of a heatmap, in characters: a longer name is cut, with an ellipsis,
+unless two names would then read alike (the hover says each whole). Labels are one line: level
+where they fit (a desktop), upright where they do not (a phone), and an upright line is one line
+of text wide, narrower than any column."""
+HEATMAP_ROW = 22
+"""Pixels per heatmap row: one line of 11-pixel text in a cell, with a gap."""
+UPRIGHT_ROOM = 30
+"""Pixels of a heatmap kept for column labels stood upright (a phone), which push the rows down: on a
+desktop, where they lie level, the rows are that much taller instead."""
+LEVEL_COLUMNS = 8
+"""Up to this many columns lie level on a desktop. More (every run shown) stand upright everywhere,
+and the heatmap is made taller by their length (:data:`UPRIGHT_CHARACTER` per character) so that
+its rows keep their height."""
+UPRIGHT_CHARACTER = 6.2
+"""Pixels per character of a 10-pixel column label stood upright."""
+HEATMAP_MARGIN = {"l": 10, "r": 4, "t": 40, "b": 10}
+"""A heatmap's margins: no axis at the bottom, and a phone's width is for the columns."""
+
+
+def _one_line(texts: list[str], width: int = COLUMN_CHARACTERS) -> list[str]:
+    """``texts`` escaped for Plotly, each on one line of at most ``width`` characters, unless cutting
+    them would make two alike: then whole."""
+    whole = [" ".join(str(text).split()) for text in texts]
+    cut = [text if len(text) <= width else text[: width - 1].rstrip() + "…" for text in whole]
+    return [safe.plot(text) for text in (cut if len(set(cut)) == len(set(whole)) else whole)]
+
+
+def _cell(value: float, metric: str) -> str:
+    """How a cell's value is written: a share as ``24%``, a reward signed (``+0.19``), else one decimal."""
+    if value != value:  # NaN
+        return ""
+    if metric in RATE_METRICS:
+        return f"{value:.0%}"
+    return signed(value, 2) if metric == "reward" else f"{value:.1f}"
+
+
 def rate_chart(table: pd.DataFrame, *, by: str, metric: str, colors: Mapping[str, str] | None = None,
                names: Mapping[str, str] | None = None) -> go.Figure:
-    """Grouped horizontal bars from :func:`ui.data.rate_table`: one trace per set (named by ``names``,
-    in the order the sets first appear in ``table``), one bar per group, groups top to bottom in
-    sorted order, with the 95% bootstrap interval as asymmetric error bars."""
+    """A heatmap from :func:`ui.data.rate_table`: one row per group (sorted), one column per set (in the
+    order the sets first appear in ``table``, under ``names``), each cell the mean written in it, its
+    95% bootstrap interval and n on hover; a (group, set) with no graded episode is left blank.
+    ``colors`` is accepted for the callers that pass every chart the same arguments: cells are
+    coloured by their value, not by their set."""
+    del colors  # a cell's colour is its value
     if table.empty:
         return empty_figure(f"No graded episodes: no {_metric_label(metric).lower()} to show.")
-    palette = _colors(table["set"], colors)
-    value_format = ".1%" if metric in RATE_METRICS else "+.3f" if metric == "reward" else ".1f"
     groups = sorted(set(table["group"]))  # rate_table's order, whatever order the rows come in
-    sets = list(dict.fromkeys(table["set"]))  # the legend's order, and each group's, top to bottom
-    figure = go.Figure()
-    for set_name, rows in table.groupby("set", sort=False):
-        figure.add_trace(go.Bar(
-            name=_shown(set_name, names), y=[_group_label(g, by) for g in rows["group"]], x=rows["mean"].tolist(),
-            orientation="h", marker_color=palette[set_name],
-            error_x={"type": "data", "symmetric": False, "array": (rows["high"] - rows["mean"]).tolist(),
-                     "arrayminus": (rows["mean"] - rows["low"]).tolist(), "thickness": 1.2, "width": 2},
-            customdata=rows[["low", "high", "n"]].to_numpy().tolist(),
-            hovertemplate=(f"<b>%{{fullData.name}}</b><br>%{{y}}: %{{x:{value_format}}}"
-                           f"<br>95% CI [%{{customdata[0]:{value_format}}}, %{{customdata[1]:{value_format}}}]"
-                           "<br>n = %{customdata[2]}<extra></extra>"),
-        ))
+    sets = list(dict.fromkeys(table["set"]))
+    cells = {(row.group, row.set): row for row in table.itertuples()}
+    shown = {s: _shown(s, names) for s in sets}
+
+    def cell(group: str, set_name: str) -> tuple[float | None, str, list]:
+        """(value, its text, [low, high, n, set]) of one cell; blank where the set has no episode there."""
+        row = cells.get((group, set_name))
+        if row is None:
+            return None, "", ["", "", 0, shown[set_name]]
+        return (float(row.mean), _cell(row.mean, metric),
+                [_cell(row.low, metric), _cell(row.high, metric), int(row.n), shown[set_name]])
+
+    grid = [[cell(group, set_name) for set_name in sets] for group in groups]
+    z, text, custom = ([[c[i] for c in line] for line in grid] for i in range(3))
+    rate = metric in RATE_METRICS
+    scale = ({"colorscale": RATE_SCALE, "zmin": 0, "zmax": 1} if rate else
+             {"colorscale": REWARD_SCALE, "zmin": -1, "zmax": 1, "zmid": 0} if metric == "reward" else
+             {"colorscale": RATE_SCALE})
+    crowded = len(sets) > LEVEL_COLUMNS  # every run shown: smaller text keeps a cell's value inside it
+    columns = _one_line([(names or {}).get(s, s) for s in sets])
+    figure = go.Figure(go.Heatmap(
+        z=z, x=columns, y=[_group_label(g, by) for g in groups], text=text, texttemplate="%{text}",
+        textfont={"size": 10 if crowded else 11}, customdata=custom, showscale=False, xgap=2, ygap=2,
+        hoverongaps=False, **scale,
+        hovertemplate=("<b>%{customdata[3]}</b><br>%{y}: %{text}<br>95% CI [%{customdata[0]}, %{customdata[1]}]"
+                       "<br>n = %{customdata[2]}<extra></extra>"),
+    ))
     grouping = GROUP_LABELS.get(by, by.replace("_", " "))
     title = _metric_label(metric) if by == "overall" else f"{_metric_label(metric)} by {grouping.lower()}"
     figure.update_layout(
-        template=TEMPLATE, barmode="group", bargap=0.25, bargroupgap=0.05, margin=MARGIN,
-        title=_title(f"{title} <sup>(95% bootstrap CI)</sup>"),
-        # Groups top to bottom in table order, and within a group the sets in legend order. The axis
-        # is not titled: the chart's title says what the groups are.
-        yaxis={"title": {"text": ""}, "type": "category", "autorange": "reversed",
-               "categoryorder": "array", "categoryarray": [_group_label(g, by) for g in groups]},
-        xaxis=_value_axis(metric), legend=LEGEND,
-        # Room for the bars, and for a legend of one set per line (a phone's width).
-        height=110 + len(groups) * (12 + 8 * len(sets)) + 19 * len(sets),
+        template=TEMPLATE, margin=HEATMAP_MARGIN, title=_title(f"{title} <sup>(hover a cell: 95% CI, n)</sup>"),
+        # Set names head the columns, as in a table; upright only where level ones would overlap.
+        xaxis={"side": "top", "type": "category", "autotickangles": [0, 90], "showgrid": False,
+               "tickfont": {"size": 10 if crowded else 12}},
+        yaxis={"title": {"text": ""}, "type": "category", "autorange": "reversed", "showgrid": False,
+               "tickfont": {"size": 11}},
+        # The rows (a line of text each), and room over them for the title and the column labels:
+        # level ones take a line, upright ones (a phone) push the rows down into UPRIGHT_ROOM.
+        height=100 + len(groups) * HEATMAP_ROW + (UPRIGHT_ROOM if len(sets) <= LEVEL_COLUMNS else
+                                                   round(UPRIGHT_CHARACTER * max(map(len, columns)))),
     )
     return figure
 
@@ -214,6 +308,9 @@ def _group_label(group: str, by: str) -> str:
     return f"tier {safe.plot(group)}" if by == "tier" else safe.plot(group)
 
 
+NEGLIGIBLE = 0.0005
+"""A mean contribution smaller than this reads as zero at three decimals: a component with no larger
+one in any set drawn is left out of :func:`component_chart`."""
 REWARD_COMPONENT_COLORS = {
     "security_blocked": "#009E73", "legit_use_broken": "#D55E00", "app_loads": "#000000", "steps_used": "#BBBBBB",
     "invalid_actions": "#CC79A7", "diff_size": "#56B4E9", "budget_exhausted": "#E69F00",
@@ -227,20 +324,25 @@ def component_chart(means: pd.DataFrame, *, rewards: pd.DataFrame | None = None,
     (table order, top to bottom) and one segment per reward component, stacked from zero (what adds
     to the reward to the right, what takes from it to the left), so a row's segments sum to the mean
     reward; with ``rewards`` (:func:`ui.data.rate_table` of ``reward`` over ``overall``), a diamond
-    marks each set's mean reward with its 95% interval."""
+    marks each set's mean reward with its 95% interval. A component below :data:`NEGLIGIBLE` in every
+    set is left out (its bars would be invisible, its legend entry a line of nothing)."""
     if means.empty:
         return empty_figure("No graded episodes: no reward components to show.")
     sets = list(dict.fromkeys(means["set"]))
     labels = [_wrapped((names or {}).get(s, s)) for s in sets]
+    # A component that adds nothing to any set drawn is an invisible bar and a line of legend: left out.
+    weighty = means.groupby("component", sort=False)["mean"].apply(lambda m: bool((m.abs() >= NEGLIGIBLE).any()))
+    means = means[means["component"].map(weighty)]
     extra = iter(distinct_colors(len(PALETTE) + len(set(means["component"])))[len(PALETTE):])
     figure = go.Figure()
     for component, rows in means.groupby("component", sort=False):
         rows = rows.set_index("set").reindex(sets)
         color = REWARD_COMPONENT_COLORS.get(component) or next(extra)
+        values = rows["mean"].fillna(0.0).tolist()
         figure.add_trace(go.Bar(
-            name=safe.plot(component), y=labels, x=rows["mean"].fillna(0.0).tolist(), orientation="h",
-            marker_color=color, customdata=rows["n"].fillna(0).astype(int).tolist(),
-            hovertemplate="%{fullData.name}<br>%{y}: %{x:+.3f} on average<br>n = %{customdata}<extra></extra>",
+            name=safe.plot(component), y=labels, x=values, orientation="h", marker_color=color,
+            customdata=[[signed(v), int(n)] for v, n in zip(values, rows["n"].fillna(0))],
+            hovertemplate="%{fullData.name}<br>%{y}: %{customdata[0]} on average<br>n = %{customdata[1]}<extra></extra>",
         ))
     if rewards is not None and not rewards.empty:
         shown = rewards.set_index("set").reindex(sets).dropna(subset=["mean"])
@@ -250,17 +352,19 @@ def component_chart(means: pd.DataFrame, *, rewards: pd.DataFrame | None = None,
             error_x={"type": "data", "symmetric": False, "array": (shown["high"] - shown["mean"]).tolist(),
                      "arrayminus": (shown["mean"] - shown["low"]).tolist(), "color": "#222222", "thickness": 1.5,
                      "width": 4},
-            customdata=shown[["low", "high", "n"]].to_numpy().tolist(),
-            hovertemplate=("%{y}<br>mean reward %{x:+.3f}<br>95% CI [%{customdata[0]:+.3f}, %{customdata[1]:+.3f}]"
-                           "<br>n = %{customdata[2]}<extra></extra>"),
+            customdata=[[signed(m), signed(lo), signed(hi), int(n)]
+                        for m, lo, hi, n in zip(shown["mean"], shown["low"], shown["high"], shown["n"])],
+            hovertemplate=("%{y}<br>mean reward %{customdata[0]}<br>95% CI [%{customdata[1]}, %{customdata[2]}]"
+                           "<br>n = %{customdata[3]}<extra></extra>"),
         ))
     figure.add_vline(x=0, line={"color": ZERO_LINE, "width": 1})
     figure.update_layout(
         template=TEMPLATE, barmode="relative", margin=MARGIN,
-        title=_title("Where the reward comes from <sup>(mean per component)</sup>"),
-        xaxis={"title": {"text": "Contribution to the mean reward"}, "zeroline": False},
+        # Untitled: the dashboard's caption over it names it (a title would repeat it, 45 pixels higher).
+        xaxis={"title": {"text": "Contribution to reward"}, "zeroline": False},  # fits under a phone's plot
         yaxis={"title": {"text": ""}, "type": "category", "autorange": "reversed"},
-        legend=LEGEND, height=250 + 46 * len(sets),
+        # No title (the page names it); a legend of up to eight entries, a line or two more than the outcomes'.
+        legend=LEGEND, height=rows_height(labels, fixed=FIXED_HEIGHT - TITLE_HEIGHT + 20),
     )
     return figure
 
@@ -274,7 +378,13 @@ def delta_chart(table: pd.DataFrame, *, base: str, other: str, metric: str,
                             f"{(names or {}).get(other, other)}.")
     color = _colors([other], colors)[other]
     rate = metric in RATE_METRICS
-    value_format = "+.1%" if rate else "+.3f"
+
+    def show(value: float) -> str:
+        return signed_percent(value, 1) if rate else signed(value)
+
+    def level(value: float) -> str:
+        return f"{value:.1%}" if rate else signed(value)
+
     labels = [f"{safe.plot(s)} (n={n})" for s, n in zip(table["slice"], table["n"])]
     shown_base, shown_other = _shown(base, names), _shown(other, names)
     figure = go.Figure(go.Scatter(
@@ -283,10 +393,10 @@ def delta_chart(table: pd.DataFrame, *, base: str, other: str, metric: str,
         error_x={"type": "data", "symmetric": False, "array": (table["high"] - table["delta"]).tolist(),
                  "arrayminus": (table["delta"] - table["low"]).tolist(), "thickness": 1.5, "width": 4,
                  "color": color},
-        customdata=table[["low", "high", "base", "other"]].to_numpy(),
-        hovertemplate=(f"%{{y}}<br>difference %{{x:{value_format}}}"
-                       f"<br>95% CI [%{{customdata[0]:{value_format}}}, %{{customdata[1]:{value_format}}}]"
-                       "<br>%{meta[0]}: %{customdata[2]:.3f}, %{meta[1]}: %{customdata[3]:.3f}<extra></extra>"),
+        customdata=[[show(d), show(lo), show(hi), level(b), level(o)] for d, lo, hi, b, o in
+                    zip(table["delta"], table["low"], table["high"], table["base"], table["other"])],
+        hovertemplate=("%{y}<br>difference %{customdata[0]}<br>95% CI [%{customdata[1]}, %{customdata[2]}]"
+                       "<br>%{meta[0]}: %{customdata[3]}, %{meta[1]}: %{customdata[4]}<extra></extra>"),
     ))
     figure.add_vline(x=0, line={"color": ZERO_LINE, "dash": "dash", "width": 1})
     figure.update_layout(
@@ -345,7 +455,8 @@ def _stacked_shares(table: pd.DataFrame, *, row: str, labels: Mapping[str, str],
     """Stacked horizontal bars of shares: one bar per distinct ``row`` value (table order, top to
     bottom, shown as ``labels``), one segment per ``category`` (table order), from a table with a
     ``share``, a ``count`` and ``denominator`` for every (row, category). Missing cells are drawn as
-    zeros (see the module docstring), so a complete table's bars end at exactly 100%."""
+    zeros (see the module docstring), so a complete table's bars end at exactly 100%. An empty
+    ``title`` or ``axis_title`` leaves it out (the page names the chart over it)."""
     rows = list(dict.fromkeys(table[row]))
     shown_rows = [labels.get(r, safe.plot(r)) for r in rows]
     figure = go.Figure()
@@ -359,11 +470,12 @@ def _stacked_shares(table: pd.DataFrame, *, row: str, labels: Mapping[str, str],
             texttemplate="%{x:.0%}", textposition="inside", insidetextanchor="middle", textangle=0,
             hovertemplate="%{fullData.name}<br>%{y}: %{x:.1%} (%{customdata[0]} of %{customdata[1]})<extra></extra>",
         ))
-    figure.update_layout(template=TEMPLATE, barmode="stack", height=230 + 46 * len(rows), margin=MARGIN,
+    fixed = FIXED_HEIGHT if title else FIXED_HEIGHT - TITLE_HEIGHT
+    figure.update_layout(template=TEMPLATE, barmode="stack", height=rows_height(shown_rows, fixed=fixed), margin=MARGIN,
                          uniformtext={"minsize": 10, "mode": "hide"},
                          xaxis={"range": [0, 1], "tickformat": ".0%", "title": {"text": axis_title}},
                          yaxis={"autorange": "reversed", "type": "category", "title": {"text": ""}},
-                         legend=LEGEND, title=_title(title))
+                         legend=LEGEND, **({"title": _title(title)} if title else {}))
     return figure
 
 
@@ -381,7 +493,7 @@ def outcome_chart(table: pd.DataFrame, *, names: Mapping[str, str] | None = None
     labels = {e: _wrapped((names or {}).get(e, e)) for e in dict.fromkeys(table["entrant"])}
     return _stacked_shares(table.rename(columns={"outcome": "category"}), row="entrant", labels=labels,
                            titles=OUTCOMES, colors=OUTCOME_COLORS, denominator="episodes",
-                           title="How the episodes ended", axis_title="share of episodes")
+                           title="", axis_title="")  # named by the caption over it; its ticks say 0% to 100%
 
 
 CATEGORY_COLORS = {

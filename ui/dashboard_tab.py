@@ -1,24 +1,35 @@
 """The Dashboard tab: charts drawn from the same artifacts the evaluation and training write.
 
 Every number comes from episode logs through the two pure layers (:mod:`ui.data` turns records into
-DataFrames, :mod:`ui.charts` turns DataFrames into Plotly figures); this module only wires them:
+DataFrames, :mod:`ui.charts` turns DataFrames into Plotly figures); this module only wires them.
+The first view, about three screens on a desktop (five on a phone, where the charts stack), is what
+a newcomer needs in a minute:
 
 * a headline card: what the gym is, the best agent (never the oracle, which is validation; said so
   when the best is only a scripted baseline) and the human players, each with 95% bootstrap
   intervals and the number of episodes (:func:`headline_markdown`);
 * a ranked leaderboard of the chosen rollout sets, by mean reward then full-fix rate, with friendly
-  names, caveats and intervals, every human player in a row of their own, the oracle apart;
-* how each entrant's episodes ended (a stacked bar that sums to 100% of its episodes);
-* solve and partial rates or mean reward by bug class, tier or domain, each with its 95% interval;
-* where each set's reward comes from (the mean contribution of every reward component);
-* any two sets compared on the scenarios both played (paired differences with intervals, overall,
-  by tier and by bug class);
-* a scenario browser over the cache manifest (the first :data:`BROWSER_ROWS` that match the filters);
-  choosing a row opens it in the Play tab;
-* the training curves of every run (:mod:`ui.training_panel`) and the failure analysis
-  (:mod:`ui.failure_panel`).
+  names (each its own), caveats and intervals, every human player in a row of their own (ranked from
+  :data:`ui.data.MIN_RANKED_EPISODES` episodes), the oracle apart;
+* a toggle that shows the runs hidden at first (:data:`HIDDEN_AT_FIRST`: pipeline checks, untrained
+  models, older caches, other splits, training scenarios), and the sets one by one a click away;
+* how each entrant's episodes ended (a stacked bar that sums to 100% of its episodes) beside where
+  each set's reward comes from (the mean contribution of every reward component);
+* solve and partial rates or mean reward by bug class, tier or domain: a heatmap of slices by sets,
+  each cell's 95% interval on hover.
+
+One click away, in closed sections: any two sets compared on the scenarios both played (paired
+differences with intervals, overall, by tier and by bug class); the training curves of every run
+(:mod:`ui.training_panel`); the failure analysis (:mod:`ui.failure_panel`); a scenario browser over
+the cache manifest (the first :data:`BROWSER_ROWS` that match the filters, every split and tier of
+the cache offered), where choosing a row opens it in the Play tab.
 
 Choices:
+
+* **About six entrants at first.** The sets shown at first (:func:`default_shown`) are the newest
+  cache's baselines and oracle, the trained agents on the test split that are not pipeline checks,
+  and the human players; every other set has a reason (:func:`hidden_reason`) and waits behind the
+  toggle. The headline card speaks of the same sets, so its numbers are the leaderboard's.
 
 * **One sentence per chart**, over it, says what it shows and how to read it.
 * **Fresh after play.** The Space's own human log (``A01_HUMAN_LOG``, wherever it is) is a rollout set
@@ -49,6 +60,7 @@ import gradio as gr
 import pandas as pd
 
 from envcore.agents.evaluate import compare, scenario_domains
+from envcore.numbers import signed
 from envcore.server.sessions import SessionHub
 from ui import artifact_sets, charts, data, failure_panel, safe, stages_view, training_panel
 from ui.artifact_sets import default_pair
@@ -69,27 +81,27 @@ BROWSER_ROWS = 100
 """Rows the scenario browser lists. The page keeps every component's value in its state and copies
 it on every event: a table of the whole cache (a thousand rows) added about 0.1 s to every click on
 the page, toggles included."""
-LEADERBOARD_WIDTHS = ("40px", "150px", "72px", "60px", "160px", "126px", "70px", "84px", "360px")
+LEADERBOARD_WIDTHS = ("40px", "224px", "84px", "76px", "152px", "120px", "80px", "96px", "350px")
 """Column widths of the leaderboard (:data:`ui.data.LEADERBOARD_HEADERS`): a phone shows the rank, the
-name and both scores; the intervals and the rest are a sideways scroll away."""
+name (each its own, with what tells alike ones apart; pinned when the table scrolls sideways) and the
+mean reward's value; the rest is a sideways scroll away. Each is wide enough for the longest word of its
+header (``partial`` broke into ``partia`` / ``l`` at 60 pixels), and all of them for a desktop's width."""
+CHART_MIN_WIDTH = 480
+"""Below this width the outcome and component charts stack instead of standing side by side."""
 
-INTRO = ("Agents, and you in the **Play** tab, repair **Broken Access Control** bugs (OWASP A01) in small "
-         "generated FastAPI apps. Each repair is graded by running the exploit, which must now be refused, "
-         "and the app's legitimate use, which must still work, on held-out scenarios: reward 1 is a full fix, "
-         "0 the app left as it was, below 0 a repair that broke the app or its legitimate use. Brackets are "
-         "95% bootstrap intervals; n counts episodes.")
+INTRO = ("Agents, and you in the **Play** tab, repair **Broken Access Control** bugs (OWASP A01) in generated "
+         "FastAPI apps, graded on held-out scenarios by replaying the exploit (it must now be refused) and the app's "
+         "legitimate use (it must still work): reward 1 is a full fix, 0 the app as it was, below 0 a repair that "
+         "broke it. Brackets: 95% bootstrap intervals; n: episodes.")
 CAPTIONS = {
-    "leaderboard": ("**Leaderboard.** Ranked by mean reward, then full-fix rate; every human player has a row of "
-                    "their own. The oracle plays the reference fix: it validates the scenarios and the grader, and is "
-                    "not ranked. A model marked *pipeline check* is too small to play: its runs only show that the "
-                    "pipeline works."),
-    "outcomes": ("**How the episodes ended.** One bar per leaderboard row, split into full fixes, partial fixes, "
-                 "no fix and runs out of steps; every bar sums to 100% of that row's episodes."),
-    "rates": ("**Where each set succeeds.** The chosen measure per slice, one bar per set; the whisker is the 95% "
-              "interval, so bars whose whiskers overlap are not reliably different."),
-    "components": ("**Where the reward comes from.** Each bar splits a set's mean reward into its components: what "
-                   "adds to it right of zero (exploits refused), what takes from it left (legitimate use broken, "
-                   "steps, invalid actions); the diamond is the mean reward with its interval."),
+    "leaderboard": ("**Leaderboard.** By mean reward, then full fixes; a player is ranked from "
+                    f"{data.MIN_RANKED_EPISODES} episodes; the oracle plays the reference fix, validating the grader."),
+    "outcomes": ("**How the episodes ended.** One bar per leaderboard row: full fixes, partial fixes, no fix, "
+                 "steps run out; each sums to 100% of its episodes."),
+    "rates": ("**Where each set succeeds.** The measure per slice (a row) and set (a column); the darker, the "
+              "higher. Hover a cell for its 95% interval and n."),
+    "components": ("**Where the reward comes from.** Each set's mean reward (the diamond, with its interval), "
+                   "split into what adds (exploits refused) and what takes (use broken, steps)."),
     "delta": ("**Two sets on the same scenarios.** Each point is the mean paired difference (compared minus "
               "baseline) overall, by tier and by bug class; right of the dashed zero line the compared set did "
               "better, and a whisker that crosses it means no clear difference."),
@@ -120,55 +132,93 @@ def set_info(rollout_set: artifact_sets.RolloutSet) -> data.SetInfo:
     elif artifact_sets.plays_learned_scenarios(rollout_set):
         standing, note = "unranked", "the scenarios its run trained on, not a held-out evaluation"
     return data.SetInfo(label=rollout_set.label, kind=rollout_set.kind, caveat=rollout_set.caveat,
-                        standing=standing, note=note)
+                        standing=standing, note=note, split=rollout_set.split, cache=rollout_set.cache)
 
 
-def display_names(info: dict[str, data.SetInfo]) -> dict[str, str]:
-    """Each set's name in the charts: its words, with where it comes from when two sets share words,
-    and ``pipeline check`` when it has that caveat."""
-    counts: dict[str, int] = {}
-    for about in info.values():
-        counts[about.words] = counts.get(about.words, 0) + 1
-    names = {}
-    for name, about in info.items():
-        parts = [about.words]
-        if counts[about.words] > 1:  # two runs of one agent (evals/v1 and evals/v2): say which
-            parts.append(about.where or name)
-        if about.caveat:
-            parts.append("pipeline check" if about.caveat == artifact_sets.PIPELINE_CHECK else about.caveat)
-        names[name] = " · ".join(parts)
-    return names
+def short_words(words: str) -> str:
+    """What a set is in a word or two, for a heatmap's column: its words before an explanation in
+    brackets or after a colon (``Heuristic baseline (scripted)`` -> ``Heuristic baseline``,
+    ``Oracle: the reference fix (validation only)`` -> ``Oracle``)."""
+    return re.split(r" \(|: ", words, maxsplit=1)[0].strip() or words
+
+
+def display_names(info: dict[str, data.SetInfo], shown: list[str] | None = None, *,
+                  short: bool = False) -> dict[str, str]:
+    """Each set's name in the charts: its words (:func:`short_words` with ``short``), made distinct
+    among the ``shown`` sets (default: every set in ``info``) by what tells alike ones apart
+    (:func:`ui.data.distinct_names`: the split, the cache, where they come from). Caveats are not
+    part of a name: the leaderboard says them, beside it."""
+    names = [n for n in (shown if shown is not None else info) if n in info]
+    return data.distinct_names({n: (short_words(info[n].words) if short else info[n].words, info[n]) for n in names})
 
 
 _CACHE_RUN = re.compile(r"^evals/v(\d+)/(.+)$")
+MAIN_SPLIT = "test"
+"""The split the leaderboard ranks on: runs on other splits (held-out styles, external apps) are
+measured on other scenarios, and wait behind the toggle."""
+
+
+def _superseded(rollout_set: artifact_sets.RolloutSet, sets: list[artifact_sets.RolloutSet]) -> bool:
+    """An agent evaluated on several caches (``evals/v2/heuristic``, ``evals/v5/heuristic``): a run on
+    an older one."""
+    match = _CACHE_RUN.match(rollout_set.name)
+    if not match:
+        return False
+    newest = max(int(m.group(1)) for m in map(_CACHE_RUN.match, (s.name for s in sets)) if m and m.group(2) == match.group(2))
+    return int(match.group(1)) < newest
+
+
+def _untrained_model(rollout_set: artifact_sets.RolloutSet) -> bool:
+    """A model played as it came, with no adapter and no training of its own (a run's base)."""
+    return rollout_set.kind == "baseline" and bool(rollout_set.model) \
+        and rollout_set.name.rsplit("/", 1)[-1] not in artifact_sets.AGENT_WORDS
+
+
+HIDDEN_AT_FIRST: tuple[tuple[str, Callable[[artifact_sets.RolloutSet, list[artifact_sets.RolloutSet]], bool]], ...] = (
+    ("training scenarios", lambda s, sets: set_info(s).standing == "unranked"),
+    ("pipeline checks", lambda s, sets: bool(s.caveat)),
+    ("untrained models", lambda s, sets: _untrained_model(s)),
+    ("older caches", _superseded),
+    ("other splits", lambda s, sets: s.split not in ("", MAIN_SPLIT)),
+)
+"""Why a set is not shown at first, in the toggle's words; the first that applies is its reason. What
+is left: the newest cache's scripted baselines and oracle, the trained agents on the test split
+that are not pipeline checks, and the human players (about six rows)."""
+
+
+def hidden_reason(rollout_set: artifact_sets.RolloutSet, sets: list[artifact_sets.RolloutSet]) -> str:
+    """Why ``rollout_set`` waits behind the toggle (:data:`HIDDEN_AT_FIRST`), ``""`` when it is shown."""
+    return next((reason for reason, test in HIDDEN_AT_FIRST if test(rollout_set, sets)), "")
 
 
 def default_shown(sets: list[artifact_sets.RolloutSet]) -> list[str]:
-    """The sets shown at first: all but training runs' own rollouts (they play training scenarios),
-    and of an agent evaluated on several caches (``evals/v2/heuristic``, ``evals/v5/heuristic``) only
-    its run on the newest; the others stay a click away."""
-    newest: dict[str, int] = {}
-    for s in sets:
-        match = _CACHE_RUN.match(s.name)
-        if match:
-            newest[match.group(2)] = max(newest.get(match.group(2), 0), int(match.group(1)))
+    """The sets shown at first, in the page's order: those with no :func:`hidden_reason`."""
+    return [s.name for s in sets if not hidden_reason(s, sets)]
 
-    def superseded(name: str) -> bool:
-        match = _CACHE_RUN.match(name)
-        return bool(match) and int(match.group(1)) < newest[match.group(2)]
 
-    return [s.name for s in sets if set_info(s).standing != "unranked" and not superseded(s.name)]
+def toggle_label(sets: list[artifact_sets.RolloutSet]) -> str:
+    """The toggle's words: how many runs it shows, and why they were hidden."""
+    reasons = [hidden_reason(s, sets) for s in sets]
+    hidden = [r for r in reasons if r]
+    if not hidden:
+        return "Show every run (all are shown)"
+    kinds = ", ".join(reason for reason, _ in HIDDEN_AT_FIRST if reason in hidden)
+    return f"Show {len(hidden)} more runs: {kinds}"
 
 
 # ----- the headline card -------------------------------------------------------------------------------
-def _ci(mean: float, low: float, high: float, spec: str) -> str:
-    return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
+def _percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def _ci(mean: float, low: float, high: float, show: Callable[[float], str]) -> str:
+    return f"{show(mean)} [{show(low)}, {show(high)}]"
 
 
 def _scores(row: Any) -> str:
     """``full fixes 24% [19%, 29%], mean reward +0.225 [+0.180, +0.270], n = 258`` (escaped)."""
-    return safe.markdown(f"full fixes {_ci(row['full_fix'], row['full_fix_low'], row['full_fix_high'], '.0%')}, "
-                         f"mean reward {_ci(row['reward'], row['reward_low'], row['reward_high'], '+.3f')}, "
+    return safe.markdown(f"full fixes {_ci(row['full_fix'], row['full_fix_low'], row['full_fix_high'], _percent)}, "
+                         f"mean reward {_ci(row['reward'], row['reward_low'], row['reward_high'], signed)}, "
                          f"n = {row['graded']}")
 
 
@@ -199,7 +249,7 @@ def headline_markdown(board: pd.DataFrame, humans: dict[str, Any], scripted: set
                 top = trained.iloc[0]
                 verb = f"is a {safe.markdown(top['caveat'])}:" if top["caveat"] else "scores"
                 text += (f" The best trained agent, {_who(top)}, {verb} mean reward "
-                         + safe.markdown(f"{_ci(top['reward'], top['reward_low'], top['reward_high'], '+.3f')}, "
+                         + safe.markdown(f"{_ci(top['reward'], top['reward_low'], top['reward_high'], signed)}, "
                                          f"n = {top['graded']}") + ".")
         elif best["caveat"]:
             text += f" Caveat: {safe.markdown(best['caveat'])}."
@@ -208,24 +258,30 @@ def headline_markdown(board: pd.DataFrame, humans: dict[str, Any], scripted: set
         lines.append(learning)
     if not humans["graded"]:
         lines.append("**Human players:** no human episodes yet: play one in the Play tab.")
+    elif humans["graded"] < data.MIN_RANKED_EPISODES:  # an interval over one or two episodes says nothing
+        players, graded = humans["players"], humans["graded"]
+        lines.append(f"**Human players** ({players} player{'s' if players != 1 else ''}): "
+                     + safe.markdown(f"{graded} episode{'s' if graded != 1 else ''} so far, mean reward "
+                                     f"{signed(humans['reward'])}, full fixes {humans['full_fix']:.0%}")
+                     + f"; a player is ranked from {data.MIN_RANKED_EPISODES} episodes.")
     else:
         players = humans["players"]
         text = (f"**Human players** ({players} player{'s' if players != 1 else ''}, all together): "
-                + safe.markdown(f"full fixes {_ci(humans['full_fix'], humans['full_fix_low'], humans['full_fix_high'], '.0%')}, "
-                                f"mean reward {_ci(humans['reward'], humans['reward_low'], humans['reward_high'], '+.3f')}, "
+                + safe.markdown(f"full fixes {_ci(humans['full_fix'], humans['full_fix_low'], humans['full_fix_high'], _percent)}, "
+                                f"mean reward {_ci(humans['reward'], humans['reward_low'], humans['reward_high'], signed)}, "
                                 f"n = {humans['graded']}"))
         people = ranked[ranked["player"] != ""]
         if not people.empty:
             top = people.iloc[0]
             text += f"; best: **{safe.markdown(top['player'])}**, " + safe.markdown(
-                f"mean reward {top['reward']:+.3f} over {top['graded']} episode{'s' if top['graded'] != 1 else ''}")
+                f"mean reward {signed(top['reward'])} over {top['graded']} episode{'s' if top['graded'] != 1 else ''}")
         lines.append(text + ".")
     validation = board[(board["standing"] == "validation") & (board["graded"] > 0)]
     if not validation.empty:
         oracle = validation.iloc[0]
-        lines.append(f"**Validation:** {_who(oracle)} applies each scenario's reference fix and gets "
+        lines.append(f"**Validation:** {_who(oracle)}: "
                      + safe.markdown(f"{oracle['full_fix']:.0%} full fixes over {oracle['graded']} scenarios")
-                     + ": the grader accepts the intended repair. It is not ranked.")
+                     + ", so the grader accepts the intended repair; not ranked.")
     return "\n\n".join(lines)
 
 
@@ -334,6 +390,7 @@ class DashboardController:
         names = default_shown(listed)
         base, other = default_pair(listed)
         return {"sets": gr.update(choices=choices, value=names),
+                "show_all": gr.update(value=False, label=toggle_label(listed)),
                 "base": gr.update(choices=choices, value=base), "other": gr.update(choices=choices, value=other),
                 **self.training.refresh(), **self.failures.refresh(),
                 **self._everything(sets, names, "Bug class", "Full fix", base, other, "Reward")}
@@ -344,9 +401,10 @@ class DashboardController:
                 **self.draw(names, dimension, metric, sets=sets), **self.delta(names, base, other, delta_metric)}
 
     def headline(self, sets: dict[str, artifact_sets.RolloutSet] | None = None) -> str:
-        """The headline card over every set (whatever the page shows), cached per file versions."""
+        """The headline card over the sets shown at first (:func:`default_shown`, whatever the page
+        shows now), so that its numbers are those of the leaderboard under it; cached per file versions."""
         sets = self.rollout_sets() if sets is None else sets
-        names = list(sets)
+        names = default_shown(list(sets.values()))
 
         def compute() -> str:
             frame = self.frame(names, sets)
@@ -375,6 +433,12 @@ class DashboardController:
                 "other": gr.update(choices=choices),
                 **self._everything(sets, shown, dimension, metric, base, other, delta_metric)}
 
+    def show_all(self, every: bool, dimension: str, metric: str) -> dict[str, Any]:
+        """The toggle: every set (``every``), or those shown at first; the leaderboard and the charts."""
+        sets = self.rollout_sets()
+        names = list(sets) if every else default_shown(list(sets.values()))
+        return {"sets": gr.update(value=names), **self.draw(names, dimension, metric, sets=sets)}
+
     def draw(self, names: list[str] | None, dimension: str, metric: str, *,
              sets: dict[str, artifact_sets.RolloutSet] | None = None) -> dict[str, Any]:
         """The chosen sets changed: the leaderboard and every chart of them."""
@@ -383,9 +447,8 @@ class DashboardController:
 
         def compute() -> dict[str, Any]:
             board = self.board(names, sets)
-            info = self.info(sets)
-            shown = display_names(info)
-            rows = {**shown, **{e: n for e, n in zip(board["entrant"], board["name"]) if e not in shown}}
+            shown = display_names(self.info(sets), [name for name, _ in key])
+            rows = dict(zip(board["entrant"], board["name"]))  # the leaderboard's names, each its own
             frame = self.frame(names, sets)
             order = list(dict.fromkeys(board["set"]))  # sets in leaderboard order, best first
             means = data.component_means(frame)
@@ -407,11 +470,14 @@ class DashboardController:
         key = self._key(names, sets)
 
         def compute() -> Any:
-            order = list(dict.fromkeys(self.board(names, sets)["set"]))  # best set first
+            board = self.board(names, sets)
+            graded = board.groupby("set", sort=False)["graded"].sum()
+            # best set first; a set of one or two episodes (a visitor's first) has no rate per slice worth a column
+            order = [name for name in dict.fromkeys(board["set"]) if graded[name] >= data.MIN_RANKED_EPISODES]
             parts = [self.set_rates(sets[name], by, measure) for name in order]
             table = pd.concat(parts, ignore_index=True) if parts else data.rate_table(data.episode_frame({}), by, measure)
-            return charts.rate_chart(table, by=by, metric=measure, colors=self.colors(sets),
-                                     names=display_names(self.info(sets)))
+            return charts.rate_chart(table, by=by, metric=measure,
+                                     names=display_names(self.info(sets), [name for name, _ in key], short=True))
 
         return {"rates": self._memo(("rates", key, tuple(sets), by, measure), compute)}
 
@@ -436,8 +502,8 @@ class DashboardController:
         d = result["reward_difference"]
         a, b = safe.markdown(shown[other]), safe.markdown(shown[base])
         text = (f"**{a}** against **{b}** on {result['scenarios']} scenarios both played: mean reward "
-                + safe.markdown(f"{result['other_mean_reward']:+.3f} vs {result['base_mean_reward']:+.3f}, difference "
-                                f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95% paired bootstrap); "
+                + safe.markdown(f"{signed(result['other_mean_reward'])} vs {signed(result['base_mean_reward'])}, "
+                                f"difference {_ci(d['mean'], d['ci95'][0], d['ci95'][1], signed)} (95% paired bootstrap); "
                                 f"full fixes {result['full_fix']['other']:.0f} vs {result['full_fix']['base']:.0f}")
                 + f" (only {a}: {result['full_fix']['only_other']}, only {b}: {result['full_fix']['only_base']})."
                 if result["scenarios"] else f"{b} and {a} have no scenario in common.")
@@ -462,7 +528,9 @@ def _caption(name: str) -> None:
 
 
 def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
-    """Lay out the Dashboard tab (inside an open ``gr.Tab``); returns its components by name."""
+    """Lay out the Dashboard tab (inside an open ``gr.Tab``); returns its components by name. The
+    first view (headline, leaderboard and its toggle, the outcome, component and rate charts) is
+    open; the comparison, training, failure and scenario panels are closed sections, a click away."""
     ctrl = DashboardController(hub, artifacts)
     manifest = ctrl.manifest
     c: dict[str, Any] = {}
@@ -471,43 +539,63 @@ def build(hub: SessionHub, artifacts: Path) -> dict[str, Any]:
     c["seen"] = gr.State("")
     _caption("leaderboard")
     c["leaderboard"] = gr.Dataframe(pd.DataFrame(columns=list(data.LEADERBOARD_HEADERS)), label="Leaderboard",
-                                    elem_id="dash-leaderboard", interactive=False, wrap=True, max_height=720,
-                                    column_widths=list(LEADERBOARD_WIDTHS))
-    c["sets"] = gr.CheckboxGroup([], label="Rollout sets shown in the leaderboard and the charts below",
-                                 elem_id="dash-sets")
-    _caption("outcomes")
-    c["outcomes"] = gr.Plot(label="How the episodes ended", elem_id="dash-outcomes", show_label=False)
-    _caption("rates")
-    with gr.Row():
-        c["dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by", elem_id="dash-dimension")
-        c["metric"] = gr.Radio(list(RATE_METRICS), value="Full fix", label="Measure", elem_id="dash-metric")
+                                    elem_id="dash-leaderboard", interactive=False, wrap=True, max_height=560,
+                                    column_widths=list(LEADERBOARD_WIDTHS), show_label=False, buttons=[],
+                                    pinned_columns=2)  # who it is stays in view when a phone scrolls sideways
+    with gr.Row(equal_height=False):  # side by side on a desktop, one under the other on a phone
+        with gr.Column(scale=2, min_width=CHART_MIN_WIDTH):
+            c["show_all"] = gr.Checkbox(False, label="Show the runs hidden at first", elem_id="dash-show-all",
+                                        container=False)
+        with gr.Column(scale=1, min_width=CHART_MIN_WIDTH // 2):
+            with gr.Accordion("Choose the rollout sets one by one", open=False, elem_id="dash-sets-section"):
+                c["sets"] = gr.CheckboxGroup([], label="Rollout sets shown in the leaderboard and the charts below",
+                                             elem_id="dash-sets")
+    with gr.Row(equal_height=False):
+        with gr.Column(min_width=CHART_MIN_WIDTH):
+            _caption("outcomes")
+            c["outcomes"] = gr.Plot(label="How the episodes ended", elem_id="dash-outcomes", show_label=False)
+        with gr.Column(min_width=CHART_MIN_WIDTH):
+            _caption("components")
+            c["components"] = gr.Plot(label="Reward components", elem_id="dash-components", show_label=False)
+    with gr.Row(equal_height=False):  # the caption beside its toggles on a desktop, over them on a phone
+        with gr.Column(scale=3, min_width=CHART_MIN_WIDTH // 2):
+            _caption("rates")
+        with gr.Column(scale=3, min_width=CHART_MIN_WIDTH // 2):
+            c["dimension"] = gr.Radio(list(DIMENSIONS), value="Bug class", label="Break down by",
+                                      elem_id="dash-dimension")
+        with gr.Column(scale=4, min_width=CHART_MIN_WIDTH // 2):
+            c["metric"] = gr.Radio(list(RATE_METRICS), value="Full fix", label="Measure", elem_id="dash-metric")
     c["rates"] = gr.Plot(label="Rates by slice, with 95% bootstrap intervals", elem_id="dash-rates", show_label=False)
-    _caption("components")
-    c["components"] = gr.Plot(label="Reward components", elem_id="dash-components", show_label=False)
-    gr.Markdown("#### Compare two sets")
-    _caption("delta")
-    with gr.Row():
-        c["base"] = gr.Dropdown([], label="Baseline set", elem_id="dash-base")
-        c["other"] = gr.Dropdown([], label="Compared set", elem_id="dash-other")
-        c["delta_metric"] = gr.Radio(list(DELTA_METRICS), value="Reward", label="Difference in")
-    c["delta_text"] = safe.markdown_component("", elem_id="dash-delta-text")
-    c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta",
-                         show_label=False)
-    c.update(training_panel.build(caption=CAPTIONS["training"]))
-    c.update(failure_panel.build(caption=CAPTIONS["failures"]))
-    gr.Markdown("#### Scenario browser (choose a row to play it)")
-    with gr.Row():
-        c["f_split"] = gr.Dropdown([ANY, "train", "val", "test"], value=ANY, label="Split")
-        c["f_tier"] = gr.Dropdown([ANY, "1", "2", "3"], value=ANY, label="Tier")
-        c["f_bug"] = gr.Dropdown([ANY, *sorted(manifest["bug_class"].unique())], value=ANY, label="Bug class")
-        c["f_domain"] = gr.Dropdown([ANY, *sorted(manifest["domain"].unique())], value=ANY, label="Domain")
-        c["f_text"] = gr.Textbox(label="Id prefix or title contains")
-    c["browser_count"] = gr.Markdown(browser_count(len(manifest), len(manifest)))
-    c["browser"] = gr.Dataframe(manifest.head(BROWSER_ROWS), label="Scenarios in the cache", elem_id="dash-browser",
-                                max_height=420)
+    with gr.Accordion("Compare two sets on the scenarios both played", open=False, elem_id="dash-compare-section"):
+        _caption("delta")
+        with gr.Row():
+            c["base"] = gr.Dropdown([], label="Baseline set", elem_id="dash-base")
+            c["other"] = gr.Dropdown([], label="Compared set", elem_id="dash-other")
+            c["delta_metric"] = gr.Radio(list(DELTA_METRICS), value="Reward", label="Difference in")
+        c["delta_text"] = safe.markdown_component("", elem_id="dash-delta-text")
+        c["delta"] = gr.Plot(label="Paired differences (compared minus baseline)", elem_id="dash-delta",
+                             show_label=False)
+    with gr.Accordion("Training runs: curves and the base → SFT → SFT+GRPO tables", open=False,
+                      elem_id="dash-training-section"):
+        c.update(training_panel.build(caption=CAPTIONS["training"], heading=False))
+    with gr.Accordion("Why episodes fail: the failure analysis", open=False, elem_id="dash-failures-section"):
+        c.update(failure_panel.build(caption=CAPTIONS["failures"]))
+    with gr.Accordion("Scenario browser (choose a row to play it)", open=False, elem_id="dash-browser-section"):
+        with gr.Row():
+            c["f_split"] = gr.Dropdown([ANY, *data.split_choices(manifest)], value=ANY, label="Split", elem_id="dash-f-split")
+            c["f_tier"] = gr.Dropdown([ANY, *sorted({str(t) for t in manifest["tier"]}, key=int)], value=ANY,
+                                      label="Tier", elem_id="dash-f-tier")
+            c["f_bug"] = gr.Dropdown([ANY, *sorted(manifest["bug_class"].unique())], value=ANY, label="Bug class")
+            c["f_domain"] = gr.Dropdown([ANY, *sorted(manifest["domain"].unique())], value=ANY, label="Domain")
+            c["f_text"] = gr.Textbox(label="Id prefix or title contains")
+        c["browser_count"] = gr.Markdown(browser_count(len(manifest), len(manifest)))
+        c["browser"] = gr.Dataframe(manifest.head(BROWSER_ROWS), label="Scenarios in the cache", elem_id="dash-browser",
+                                    max_height=420)
 
     draw_inputs = ["sets", "dimension", "metric"]
     wire(c["sets"].input, ctrl.draw, c, draw_inputs, ["leaderboard", "outcomes", "rates", "components"])
+    wire(c["show_all"].input, ctrl.show_all, c, ["show_all", "dimension", "metric"],
+         ["sets", "leaderboard", "outcomes", "rates", "components"])
     for trigger in ("dimension", "metric"):  # served from caches in milliseconds: no queue
         wire(c[trigger].input, ctrl.rates, c, draw_inputs, ["rates"], **QUICK)
     delta_inputs = ["sets", "base", "other", "delta_metric"]

@@ -18,8 +18,14 @@ Choices:
 * The leaderboard ranks *entrants*, not files: every set is one entrant, except that the episodes
   of human players (agent id ``human:<name>``) are one entrant per player, named as the player named
   themselves, with anonymous players pooled (:func:`player_name`). Entrants are ranked by mean
-  reward, then full-fix rate; the oracle's validation runs, training rollouts and entrants with no
-  graded episode are listed after the ranked ones, never ranked (:class:`SetInfo` says which).
+  reward, then full-fix rate; the oracle's validation runs, training rollouts and entrants with fewer
+  than :data:`MIN_RANKED_EPISODES` graded episodes are listed after the ranked ones, never ranked
+  (:class:`SetInfo` says which), so one lucky episode never tops agents measured on hundreds.
+* Every entrant shows under a name of its own: entrants that share their words are told apart in
+  the name itself by what differs between them (the split, the cache, else where they come from;
+  :func:`distinct_names`), never by a column off a phone's screen.
+* Signed numbers go through :func:`envcore.numbers.signed`: a reward that rounds to zero reads
+  ``+0.000``, never ``-0.000``.
 * Every share that is drawn stacked (:func:`outcome_table`) is a count over *all* kept episodes of
   its row, with one category for every episode, those without a grade included: a stacked bar
   always reaches exactly 100%.
@@ -38,6 +44,7 @@ import pandas as pd
 
 from envcore.agents.evaluate import BOOTSTRAP_SAMPLES, METRICS, bootstrap_ci, episode_metrics, latest_per_episode
 from envcore.env.episode_log import EpisodeRecord
+from envcore.numbers import signed
 
 COMPONENT_PREFIX = "component:"
 BASE_COLUMNS = ("set", "agent_id", "episode_id", "scenario_id", "bug_class", "tier", "domain", "outcome", "graded",
@@ -260,6 +267,17 @@ def filter_manifest(frame: pd.DataFrame, *, split: str | None = None, tier: int 
     return frame[mask].reset_index(drop=True)
 
 
+SPLIT_ORDER = ("train", "val", "test", "test_styles", "external")
+"""The order splits are offered in; which ones are offered comes from the cache (:func:`split_choices`)."""
+
+
+def split_choices(manifest: pd.DataFrame) -> list[str]:
+    """Every split the manifest has, the usual ones in :data:`SPLIT_ORDER`, any other after them in
+    sorted order: a cache with a new split offers it without a change here."""
+    present = {str(split) for split in manifest["split"].dropna().unique() if str(split)}
+    return [s for s in SPLIT_ORDER if s in present] + sorted(present - set(SPLIT_ORDER))
+
+
 def set_summary(frame: pd.DataFrame) -> pd.DataFrame:
     """A leaderboard: one row per set (frame order), :data:`SUMMARY_COLUMNS`: episodes kept, how many
     were graded, and over the graded ones the full-fix and partial rates, mean reward, mean steps and
@@ -295,6 +313,11 @@ class SetInfo:
     evaluation) are ``unranked``."""
     note: str = ""
     """Why it is not ranked, in words (shown beside it)."""
+    split: str = ""
+    """The scenarios it played: a split of the cache, ``trained`` for the scenarios its run trained
+    on, ``""`` when unknown (:func:`ui.artifact_sets.played_on`)."""
+    cache: str = ""
+    """The scenario cache it played (``v5``), ``""`` when unknown."""
 
     @property
     def words(self) -> str:
@@ -308,12 +331,57 @@ class SetInfo:
         return " · ".join(p for p in parts if p != self.caveat)
 
 
-LEADERBOARD_COLUMNS = ("entrant", "set", "player", "name", "where", "kind", "standing", "rank", "note", "caveat",
-                       "episodes", "graded", "reward", "reward_low", "reward_high", "full_fix", "full_fix_low",
-                       "full_fix_high", "partial", "steps", "invalid_rate")
-"""``entrant`` keys a row (the set's name, or ``<set> · <player>`` for a human player); ``rank`` is 1,
-2 ... for ranked entrants and 0 for the others; the ``*_low``/``*_high`` columns are 95% bootstrap
-intervals of the mean over graded episodes."""
+LEADERBOARD_STATS = ("reward", "reward_low", "reward_high", "full_fix", "full_fix_low", "full_fix_high", "partial",
+                     "steps", "invalid_rate")
+LEADERBOARD_COLUMNS = ("entrant", "set", "player", "name", "where", "split", "cache", "kind", "standing", "rank", "note",
+                       "caveat", "episodes", "graded", *LEADERBOARD_STATS)
+"""``entrant`` keys a row (the set's name, or ``<set> · <player>`` for a human player); ``name`` is
+its own among the rows ranked together (:func:`distinct_names`); ``rank`` is 1, 2 ... for ranked
+entrants and 0 for the others; the ``*_low``/``*_high`` columns are 95% bootstrap intervals of the
+mean over graded episodes."""
+MIN_RANKED_EPISODES = 5
+"""Fewer graded episodes than this and an entrant is listed with its n but not ranked. One human
+episode at +0.897 (n = 1, an interval of zero width) used to rank first, above the heuristic's 322
+episodes; with five, a player's interval is at least an interval, and one lucky repair is not a rank."""
+SPLIT_WORDS = {"trained": "its training scenarios"}
+"""How a split reads in a name when it tells two entrants apart (otherwise ``<split> split``)."""
+
+
+def _split_words(split: str) -> str:
+    return SPLIT_WORDS.get(split, f"{split} split")
+
+
+FACETS = (("split", _split_words), ("cache", lambda cache: f"cache {cache}"))
+"""What tells two entrants of the same words apart, in the order the name says it."""
+
+
+def distinct_names(items: Mapping[str, tuple[str, Any]]) -> dict[str, str]:
+    """A name of its own for every key of ``items`` (``key -> (name, about)``, ``about`` with ``split``,
+    ``cache`` and ``where`` attributes, a :class:`SetInfo` say). A name no other key has stays as it
+    is; keys that share one get, after it, each known facet (:data:`FACETS`) whose known values differ
+    among them (``Heuristic baseline (scripted) · cache v2`` and ``· cache v5``; ``r after SFT · test
+    split`` and ``· test_styles split``), then, if still alike, where they come from, then the key."""
+    names = {key: name for key, (name, _) in items.items()}
+
+    def alike() -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for key, name in names.items():
+            groups.setdefault(name, []).append(key)
+        return {name: keys for name, keys in groups.items() if len(keys) > 1}
+
+    for keys in alike().values():
+        differing = [(attr, words) for attr, words in FACETS
+                     if len({getattr(items[k][1], attr, "") for k in keys} - {""}) > 1]
+        for key in keys:
+            about = items[key][1]
+            tags = [words(getattr(about, attr)) for attr, words in differing if getattr(about, attr, "")]
+            names[key] = " · ".join([names[key], *tags])
+    for fallback in (lambda key: getattr(items[key][1], "where", ""), lambda key: key):
+        for keys in alike().values():
+            for key in keys:
+                if fallback(key):
+                    names[key] = f"{names[key]} · {fallback(key)}"
+    return names
 
 
 def entrant_of(set_name: str, player: str) -> str:
@@ -344,12 +412,19 @@ def _entrant_stats(rows: pd.DataFrame, seed: int, samples: int) -> dict[str, Any
             "partial": mean("partial"), "steps": mean("steps"), "invalid_rate": mean("invalid_rate")}
 
 
+def _too_few(graded: int, least: int) -> str:
+    if not graded:
+        return "no graded episode"
+    return f"{graded} episode{'s' if graded != 1 else ''}: too few to rank ({least} needed)"
+
+
 def entrant_rows(frame: pd.DataFrame, info: Mapping[str, SetInfo], *, seed: int = 0,
-                 samples: int = BOOTSTRAP_SAMPLES) -> pd.DataFrame:
+                 samples: int = BOOTSTRAP_SAMPLES, min_episodes: int = MIN_RANKED_EPISODES) -> pd.DataFrame:
     """One unranked leaderboard row per entrant of ``frame`` (:data:`LEADERBOARD_COLUMNS`, ``rank`` 0),
     in frame order. A set's rows depend on its episodes alone, so a caller may compute them per set
     and :func:`rank_entrants` any selection of them. ``info`` describes each set (a set it does not
-    name is ranked, labelled by its name)."""
+    name is ranked, labelled by its name); an entrant with fewer than ``min_episodes`` graded
+    episodes (:data:`MIN_RANKED_EPISODES`) is listed, not ranked, and the note says why."""
     rows = []
     keys = entrants(frame)
     for entrant in dict.fromkeys(keys):
@@ -358,8 +433,8 @@ def entrant_rows(frame: pd.DataFrame, info: Mapping[str, SetInfo], *, seed: int 
         about = _info(info, set_name)
         stats = _entrant_stats(part, seed, samples)
         standing, note = about.standing, about.note
-        if standing == "ranked" and not stats["graded"]:
-            standing, note = "unranked", "no graded episode"
+        if standing == "ranked" and stats["graded"] < max(min_episodes, 1):
+            standing, note = "unranked", _too_few(stats["graded"], max(min_episodes, 1))
         if player:
             sessions = part["agent_id"].nunique()
             name = (f"{ANONYMOUS} ({sessions} session{'s' if sessions != 1 else ''})" if player == ANONYMOUS
@@ -367,20 +442,23 @@ def entrant_rows(frame: pd.DataFrame, info: Mapping[str, SetInfo], *, seed: int 
         else:
             name = about.words
         rows.append({"entrant": entrant, "set": set_name, "player": player, "name": name, "where": about.where,
-                     "kind": about.kind, "standing": standing, "rank": 0, "note": note, "caveat": about.caveat,
+                     "split": about.split, "cache": about.cache, "kind": about.kind, "standing": standing, "rank": 0, "note": note, "caveat": about.caveat,
                      **stats})
     if not rows:
         return _empty(LEADERBOARD_COLUMNS, {"rank": "int64", "episodes": "int64", "graded": "int64",
-                                            **{c: "float64" for c in LEADERBOARD_COLUMNS[12:]}})
+                                            **{c: "float64" for c in LEADERBOARD_STATS}})
     return pd.DataFrame(rows, columns=list(LEADERBOARD_COLUMNS))
 
 
 def rank_entrants(rows: pd.DataFrame) -> pd.DataFrame:
     """:func:`entrant_rows` (of one or several sets, concatenated) sorted and ranked: ranked entrants
     first, by mean reward then full-fix rate (higher first, then by name), numbered 1, 2 ...; then
-    the unranked (training rollouts, nothing graded) and the validation runs, with rank 0."""
+    the unranked (training rollouts, too few episodes) and the validation runs, with rank 0. Names
+    are made distinct among the rows given (:func:`distinct_names`)."""
     if rows.empty:
         return rows.reset_index(drop=True)
+    facets = {row.entrant: (row.name, row) for row in rows.itertuples()}
+    rows = rows.assign(name=rows["entrant"].map(distinct_names(facets)))
 
     def order(row: pd.Series) -> tuple[Any, ...]:
         reward, fix = row["reward"], row["full_fix"]
@@ -396,10 +474,10 @@ def rank_entrants(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def leaderboard_table(frame: pd.DataFrame, info: Mapping[str, SetInfo], *, seed: int = 0,
-                      samples: int = BOOTSTRAP_SAMPLES) -> pd.DataFrame:
+                      samples: int = BOOTSTRAP_SAMPLES, min_episodes: int = MIN_RANKED_EPISODES) -> pd.DataFrame:
     """The ranked leaderboard of the module docstring (:data:`LEADERBOARD_COLUMNS`, one row per
     entrant): :func:`rank_entrants` of :func:`entrant_rows`."""
-    return rank_entrants(entrant_rows(frame, info, seed=seed, samples=samples))
+    return rank_entrants(entrant_rows(frame, info, seed=seed, samples=samples, min_episodes=min_episodes))
 
 
 def pooled_stats(frame: pd.DataFrame, *, seed: int = 0, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
@@ -415,10 +493,13 @@ OUTCOMES = {
     "full_fix": "full fix",
     "partial": "partial fix",
     "not_fixed": "not fixed",
-    "budget": "step budget ran out, not fixed",
-    "not_graded": "not graded (infrastructure error)",
+    "budget": "steps ran out",
+    "not_graded": "not graded (infra error)",
 }
-"""How an episode ended, in stacking order: every kept episode is in exactly one of these."""
+"""How an episode ended, in stacking order: every kept episode is in exactly one of these. The words
+are a legend's, short enough for two to a line on a phone: ``steps ran out`` is an episode whose step
+budget ran out before it fixed the app, ``not graded`` one the grader could not run (an
+infrastructure error)."""
 OUTCOME_COLUMNS = ("entrant", "outcome", "count", "episodes", "share")
 
 
@@ -492,12 +573,12 @@ def leaderboard_display(table: pd.DataFrame) -> pd.DataFrame:
     def episodes(row: Any) -> str:
         return str(row.episodes) if row.graded == row.episodes else f"{row.episodes} ({row.graded} graded)"
 
-    def interval(low: float, high: float, spec: str) -> str:
-        return "" if math.isnan(low) else f"[{low:{spec}}, {high:{spec}}]"
+    def interval(low: float, high: float, show: Any) -> str:
+        return "" if math.isnan(low) else f"[{show(low)}, {show(high)}]"
 
     rows = [[str(r.rank) if r.standing == "ranked" else "–", r.name,
-             "" if math.isnan(r.reward) else f"{r.reward:+.3f}", _percent(r.full_fix),
-             interval(r.reward_low, r.reward_high, "+.3f"), interval(r.full_fix_low, r.full_fix_high, ".0%"),
+             "" if math.isnan(r.reward) else signed(r.reward), _percent(r.full_fix),
+             interval(r.reward_low, r.reward_high, signed), interval(r.full_fix_low, r.full_fix_high, _percent),
              _percent(r.partial), episodes(r), " · ".join(p for p in (r.where, r.caveat, r.note) if p)]
             for r in table.itertuples()]
     return pd.DataFrame(rows, columns=list(LEADERBOARD_HEADERS))

@@ -164,11 +164,13 @@ class TrainingPanel:
         return figure
 
 
-def build(caption: str = "") -> dict[str, Any]:
-    """Lay out the panel (inside an open layout block), under ``caption`` (how to read it); returns its
-    components by name (the dashboard's controller owns the :class:`TrainingPanel` that fills them)."""
+def build(caption: str = "", *, heading: bool = True) -> dict[str, Any]:
+    """Lay out the panel (inside an open layout block), under its own heading (``heading``: leave it to
+    a section that names the panel already) and ``caption`` (how to read it); returns its components
+    by name (the dashboard's controller owns the :class:`TrainingPanel` that fills them)."""
     c: dict[str, Any] = {}
-    gr.Markdown("#### Training curves")
+    if heading:
+        gr.Markdown("#### Training curves")
     if caption:
         gr.Markdown(caption, elem_classes=["a01-caption"])
     c["train_text"] = safe.markdown_component(NO_RUNS, elem_id="dash-training")
