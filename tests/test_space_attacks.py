@@ -502,6 +502,7 @@ def test_markup_in_an_agent_log_and_its_failure_analysis_does_not_reach_the_dash
     viewer = visit()
     page = viewer.page
     page.get_by_role("tab", name="Dashboard").click()
+    page.locator("#dash-failures-section > button").first.click()  # a closed section: one click away
     for elem_id in ("dash-rates", "dash-components", "dash-fail-chart"):
         page.wait_for_selector(f"#{elem_id} .js-plotly-plot .main-svg")
     page.locator("#dash-fail-dimension").get_by_label("Agent").check()

@@ -278,12 +278,13 @@ def test_a_rollout_is_opened_and_stepped_through_side_by_side(page):
 
 def test_the_dashboard_draws_its_charts(page):
     page.get_by_role("tab", name="Dashboard").click()
+    page.locator("#dash-compare-section > button").first.click()  # a closed section: one click away
     for elem_id in ("dash-rates", "dash-components", "dash-delta"):
         page.wait_for_selector(f"#{elem_id} .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
-    bars = page.locator("#dash-rates .js-plotly-plot .trace.bars")
-    assert bars.count() >= 5  # one trace per rollout set
+    assert page.locator("#dash-rates .js-plotly-plot .xtick").count() >= 5  # a column per rollout set
     leaderboard = page.locator("#dash-leaderboard").inner_text()
     assert "Heuristic baseline (scripted)" in leaderboard and "Oracle: the reference fix" in leaderboard  # in words
+    page.locator("#dash-training-section > button").first.click()
     page.wait_for_selector("#dash-training-curves .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
     assert "tiny-grpo" in page.locator("#dash-training").inner_text()  # the shipped pipeline demonstration
     page.locator("#dash-dimension").get_by_label("Tier").check()
@@ -302,6 +303,8 @@ def trained_space(training_run):
 def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_space, training_run):
     context, page, errors = open_page(browser, trained_space, {"width": 1440, "height": 1200})
     page.get_by_role("tab", name="Dashboard").click()
+    for section in ("dash-training-section", "dash-compare-section"):  # closed sections: one click away
+        page.locator(f"#{section} > button").first.click()
     page.wait_for_selector("#dash-training-curves .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
     page.locator("#dash-training-curves").scroll_into_view_if_needed()
     lines = page.locator("#dash-training-curves .js-plotly-plot .trace.scatter")
@@ -328,6 +331,7 @@ def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_spa
 
 def test_the_failure_panel_draws_the_shipped_analysis_and_opens_an_example_in_watch(page):
     page.get_by_role("tab", name="Dashboard").click()
+    page.locator("#dash-failures-section > button").first.click()  # a closed section: one click away
     page.wait_for_selector("#dash-fail-chart .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
     page.locator("#dash-fail-chart").scroll_into_view_if_needed()
     assert page.locator("#dash-fail-chart .js-plotly-plot .trace.bars").count() >= 5  # one trace per category

@@ -36,6 +36,7 @@ def browser():
 def test_the_training_panel_shows_an_imported_jobs_curves_and_stage_table(browser, job_space, viewport, name):
     context, page, errors = open_page(browser, job_space, viewport)
     page.get_by_role("tab", name="Dashboard").click()
+    page.locator("#dash-training-section > button").first.click()  # a closed section: one click away
     page.wait_for_selector("#dash-training-curves .js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
     page.locator("#dash-training-curves").scroll_into_view_if_needed()
     runs = page.locator("#dash-train-runs").inner_text()

@@ -543,11 +543,16 @@ def dashboard(visitor: _Visitor, round_: int) -> None:
     target = labels.nth(unchecked[round_ % len(unchecked)])
     visitor.measure("dashboard: measure", target.click, drawn)
 
+    section = page.locator("#dash-sets-section > button")  # the sets sit in a closed section, a click away
+    if section.count() and not page.locator("#dash-sets").first.is_visible():
+        section.first.click()
     sets = visitor.require("#dash-sets").locator("label")
     names = [(sets.nth(i).locator("input").get_attribute("name") or "") + " " + sets.nth(i).inner_text()
              for i in range(sets.count())]
     index = next((i for i, n in enumerate(names) if "heuristic" in n.lower()), 0)
-    visitor.measure("dashboard: rollout sets", sets.nth(index).click, changed(RATES + " .legend", RATES + " .gtitle"))
+    # the heatmap's columns name the sets (a bar chart's legend did, on older pages)
+    visitor.measure("dashboard: rollout sets", sets.nth(index).click,
+                    changed(RATES + " .xaxislayer-above", RATES + " .legend", RATES + " .gtitle"))
 
 
 def run(*, rounds: int, chromium: str = CHROMIUM, port: int | None = None) -> Report:
