@@ -662,6 +662,9 @@ def _message(c: dict[str, Any], slot: str) -> None:
 def build(hub: SessionHub, *, bug_classes: list[str], domains: list[str]) -> dict[str, Any]:
     """Lay out the Play tab (inside an open ``gr.Tab``); returns its components by name."""
     ctrl = PlayController(hub)
+    # the first visitor's New episode should not wait for the friendly scenario to be found (it reads
+    # the tier-1 bundles of a split, about a second)
+    threading.Thread(target=ctrl.first_scenario, name="play-first-scenario", daemon=True).start()
     c: dict[str, Any] = {}
     # no time_to_live: Gradio counts it from when the value was set (the episode's start); the hub counts
     # idleness from the last action and closes the session itself
