@@ -75,6 +75,7 @@ ACTIONS: dict[str, float] = {
     "dashboard: break down by": TOGGLE_TARGET_MS,
     "dashboard: measure": TOGGLE_TARGET_MS,
     "dashboard: rollout sets": TOGGLE_TARGET_MS,
+    "dashboard: show every run": TOGGLE_TARGET_MS,
 }
 """Every action measured, in the order printed, with its target for the p50 (ms)."""
 
@@ -517,7 +518,8 @@ RATES = "#dash-rates .js-plotly-plot"
 
 
 def dashboard(visitor: _Visitor, round_: int) -> None:
-    """Switch the rates chart's dimension, then its measure, then untick (or tick again) one set."""
+    """Switch the rates chart's dimension, then its measure, show every run and hide them again, then
+    untick (or tick again) one set."""
     page = visitor.page
     visitor.tab("Dashboard")
     visitor.require(RATES + " .main-svg")
@@ -542,6 +544,12 @@ def dashboard(visitor: _Visitor, round_: int) -> None:
                                "was not found")
     target = labels.nth(unchecked[round_ % len(unchecked)])
     visitor.measure("dashboard: measure", target.click, drawn)
+
+    toggle = page.locator("#dash-show-all input[type=checkbox]")  # the runs hidden at first, and back
+    if toggle.count():
+        visitor.measure("dashboard: show every run", toggle.first.click,
+                        changed("#dash-leaderboard table", "#dash-leaderboard"))
+        visitor.measure(None, toggle.first.click, changed("#dash-leaderboard table", "#dash-leaderboard"))
 
     section = page.locator("#dash-sets-section > button")  # the sets sit in a closed section, a click away
     if section.count() and not page.locator("#dash-sets").first.is_visible():

@@ -74,27 +74,36 @@ def _fill(page: Any, elem_id: str, text: str) -> None:
                            arg=[elem_id, text], timeout=WAIT_MS)
 
 
+def _open(page: Any, elem_id: str) -> None:
+    """Open the accordion ``elem_id`` (its header is a button) if it is closed."""
+    header = page.locator(f"#{elem_id} > button").first
+    if header.get_attribute("aria-expanded") != "true":
+        header.click()
+    page.wait_for_timeout(200)
+
+
 def _tab(page: Any, name: str) -> None:
     page.locator(f"#tab-{name}-button").first.click()
 
 
 def exploit_request(scenario_id: str) -> tuple[str, str, str | None]:
-    """The method, path and user of the scenario's first hidden exploit a user sends (a GET when there is one)."""
+    """The method, path and user (``None``: anonymous) of the scenario's first hidden exploit, preferring
+    a GET sent by a signed-in user."""
     from envcore.cache import ScenarioCache
 
     bundle = ScenarioCache.open(None).load(scenario_id)
-    steps = [step for probe in bundle.probes if probe.kind == "security" for step in probe.steps if step.actor]
-    steps.sort(key=lambda step: step.method != "GET")
+    steps = [step for probe in bundle.probes if probe.kind == "security" for step in probe.steps]
+    steps.sort(key=lambda step: (step.method != "GET", step.actor is None))
     if not steps:
-        raise ScreenshotError(f"scenario {scenario_id} has no exploit sent by a user")
+        raise ScreenshotError(f"scenario {scenario_id} has no exploit")
     return steps[0].method, steps[0].path, steps[0].actor
 
 
 def shoot_watch(page: Any, out: Path) -> None:
     _tab(page, "watch")
-    _wait_text(page, "#tab-watch", "step", "Watch")
+    _wait_text(page, "#watch-story", "step", "Watch: the opening banner")
     _settle(page)
-    page.screenshot(path=str(out / "watch.png"))
+    page.screenshot(path=str(out / "watch.png"), full_page=True)
 
 
 def shoot_play(page: Any, out: Path) -> None:
@@ -111,23 +120,26 @@ def shoot_play(page: Any, out: Path) -> None:
     if scenario_id is None:
         raise ScreenshotError(f"Play's status names no scenario of the local cache: {status[:200]!r}")
     scenario_id = cache.resolve(scenario_id)
+    _open(page, "play-hint-box")
     page.locator("#play-hint").first.click()
+    _wait_text(page, "#play-hints", "1", "Play: take a hint")
     _settle(page)
     method, path, user = exploit_request(scenario_id)
     page.get_by_role("tab", name="HTTP").first.click()
     _choose(page, "play-method", method)
     _fill(page, "play-path", path)
-    if user:
-        _choose(page, "play-as-user", user)
+    _choose(page, "play-as-user", user or "(anonymous)")
     page.locator("#play-send").click()
-    _wait_text(page, "#play-response", "HTTP", "Play: send the exploit")
+    _wait_text(page, "#play-checklist", "✓ Reproduce", "Play: send the exploit")
     _settle(page)
-    page.screenshot(path=str(out / "play.png"))
+    page.screenshot(path=str(out / "play.png"), full_page=True)
     bundle = cache.load(scenario_id)
-    page.get_by_role("tab", name="Patch").first.click() if page.get_by_role("tab", name="Patch").count() else None
+    page.get_by_role("tab", name="Code").first.click()
+    _open(page, "play-patch-box")
     _fill(page, "play-patch", bundle.reference_fix)
     page.locator("#play-apply-diff").click()
     _settle(page)
+    page.get_by_role("tab", name="Submit").first.click()
     page.locator("#play-submit").click()
     _wait_text(page, "#play-debrief", "FULL", "Play: submit the reference fix")
     _settle(page)
