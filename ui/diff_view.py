@@ -30,7 +30,8 @@ CSS = """
 .a01-diff .hunk {color: #0550ae; background: #ddf4ff}
 .a01-diff .file {font-weight: 600}
 .a01-diff-empty {color: var(--body-text-color-subdued); font-style: italic; padding: 4px 0}
-.a01-table table, #play-task table {display: block; max-width: 100%; overflow-x: auto}
+.a01-table table, #play-task table {display: block; width: fit-content; max-width: 100%; overflow-x: auto;
+  border: 0 !important; padding: 0 !important}
 .a01-table th, #play-task th {word-break: keep-all !important; overflow-wrap: normal !important;
   hyphens: none; white-space: nowrap}
 .a01-table td, #play-task td {word-break: normal !important; overflow-wrap: break-word !important}
