@@ -201,12 +201,13 @@ def test_every_module_the_job_imports_travels_or_is_on_the_gpu_image(smoke_job):
 
 def test_every_carried_wheel_is_installed_here_at_a_pinned_version():
     pins = {}
-    for line in (REPO / "requirements.txt").read_text().splitlines():
-        name, sep, version = line.split("#")[0].strip().partition("==")
-        if sep:
-            pins[normal(name.split("[")[0])] = version
+    for path in (REPO / "requirements").glob("*.txt"):  # requirements.txt takes these, one file per role
+        for line in path.read_text().splitlines():
+            name, sep, version = line.split("#")[0].strip().partition("==")
+            if sep:
+                pins[normal(name.split("[")[0])] = version
     for name in JOB_WHEELS:
-        assert pins.get(normal(name)) == importlib.metadata.version(name), f"{name} is not pinned in requirements.txt"
+        assert pins.get(normal(name)) == importlib.metadata.version(name), f"{name} is not pinned in requirements/"
 
 
 # ----- the loops' parts -------------------------------------------------------------------------------
