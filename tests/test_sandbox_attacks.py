@@ -901,6 +901,19 @@ def test_app_claiming_an_infrastructure_error_is_graded_no(sb, bundle):
     assert report.outcome != "infrastructure_error" and report.reward == 0.0, report.summary()
 
 
+@pytest.mark.parametrize("frame", [
+    '{"type": "ready", "containment": {}}',
+    '{"type": "ready", "containment": {"rlimits": true, "landlock_abi": 0, "seccomp": false}}',
+    '{"type": "load_error", "error": "boom", "containment": {"landlock_abi": 0, "seccomp": false}}',
+], ids=["ready-no-layers", "ready-layers-off", "load-error-layers-off"])
+def test_app_claiming_its_sandbox_lacks_layers_cannot_make_grading_refused(sb, bundle, frame):
+    # The sandbox refuses to grade where Landlock or seccomp is missing; if that were decided from what
+    # a worker reports, an app could report "no layers" and turn its failing patch into no reward at all.
+    claim = with_code(bundle.files, FRAME_WRITER + f"\n_send_raw_frame({frame.encode()!r})")
+    report = verify(bundle, claim, sandbox=sb)
+    assert report.outcome != "infrastructure_error" and report.reward is not None, report.summary()
+
+
 # == holes: a worker reaching other processes of the same user ======================================
 
 def _spare_pids(box: Sandbox, count: int, timeout_s: float = 20.0) -> list[int]:

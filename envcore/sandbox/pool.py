@@ -79,8 +79,8 @@ class WorkerGone(Exception):
 
 
 class SandboxRefused(RunnerInfrastructureError):
-    """A worker came up without a layer the sandbox requires (:func:`envcore.sandbox.posture.refusal`)
-    and the operator did not allow it: the app is not run, so nothing is graded."""
+    """This machine lacks a layer the sandbox requires (:func:`envcore.sandbox.posture.refusal_here`)
+    and the operator did not allow it: no app is run, so nothing is graded."""
 
 
 class ZygoteLost(RunnerInfrastructureError):
@@ -210,10 +210,6 @@ class Worker:
             raise AppLoadFailure(f"the app's process broke the protocol while loading: {exc}") from None
         self.containment = message.get("containment") or {}
         self.load_timings_ms = message.get("timings_ms") or {}
-        refused = posture.refusal(self.containment)
-        if refused:  # before anything of the app is used: no grading without the layers (or the opt-in)
-            self.close()
-            raise SandboxRefused(refused)
         if message.get("type") == "unswappable" and self.fallback is not None:
             # The patch changes more than function bodies: load it in a fresh worker instead.
             self.sandbox.stats["unswappable"] += 1
@@ -607,6 +603,12 @@ class Sandbox:
         sandbox is failing, which is an infrastructure error."""
         if self._closed:
             raise RunnerInfrastructureError("the sandbox is closed")
+        # Decided from this process's own survey, never from what a worker reports: a worker's
+        # messages come after its app's code ran, and an app could forge one that claims no layers
+        # (which would turn its failing patch into an infrastructure error, no reward, no penalty).
+        refused = posture.refusal_here()
+        if refused:
+            raise SandboxRefused(refused)
         problem = tree_problem(source.files)
         if problem is not None:  # no folder can hold these files: the patch's fault, before anything is written
             raise AppLoadFailure(f"the app's files cannot be written: {problem}")
@@ -686,8 +688,10 @@ class Sandbox:
 
     def prepare(self, base: AppSource) -> None:
         """Build a template of ``base`` in the background, for the next run that patches it (an
-        episode calls this when it starts, so its first test run does not wait for the import)."""
-        self.templates.prepare(base)
+        episode calls this when it starts, so its first test run does not wait for the import).
+        Nothing, where the sandbox refuses to run apps."""
+        if posture.refusal_here() is None:
+            self.templates.prepare(base)
 
     def load(self, source: AppSource, template: TemplateLink | None = None) -> Worker:
         """:meth:`spawn` and wait until the app is ready (:class:`AppLoadFailure` if it is not)."""

@@ -14,11 +14,13 @@ So a missing layer is never silent:
   under Landlock; the kernel must list the process as filtered), and says where workers' folders go
   (:func:`workspace_parent`: its file system, whether it is memory-backed, its free space). The
   server logs it at start and reports it on ``/health`` and ``/metadata``; the page shows it.
-* :func:`refusal` is checked on every worker's reported layers (:mod:`envcore.sandbox.pool`): without
-  Landlock or seccomp the sandbox **refuses to run the app**, so nothing is graded (an
-  infrastructure error, no reward), unless the operator opts in with ``A01_ALLOW_REDUCED_SANDBOX``:
-  ``1`` (any layer may be missing) or a comma list of the layers that may (``landlock``,
-  ``seccomp``). Every report still records the layers it ran with.
+* :func:`refusal_here` is checked before the sandbox runs any app (:mod:`envcore.sandbox.pool`):
+  without Landlock or seccomp it **refuses to run the app**, so nothing is graded (an infrastructure
+  error, no reward), unless the operator opts in with ``A01_ALLOW_REDUCED_SANDBOX``: ``1`` (any layer
+  may be missing) or a comma list of the layers that may (``landlock``, ``seccomp``). The decision
+  rests on this survey, made by the grader's own child, never on what a worker reports: a worker
+  speaks after its app's code has run, and that code could forge the report. Every verification
+  report still records the layers its workers said they ran with.
 
 ``python -m envcore.sandbox.posture`` prints the survey as JSON (``--probe`` is the child's side).
 """
@@ -211,6 +213,18 @@ def survey(timeout_s: float = 30.0, environ: Mapping[str, str] | None = None) ->
         tail = (done.stderr or "").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
         return Posture(workspace=workspace, allowed_missing=allowed, problem=f"the probe failed: {tail[0][:300]}")
     return Posture(layers=layers, missing=missing_layers(layers), allowed_missing=allowed, workspace=workspace)
+
+
+def refusal_here(environ: Mapping[str, str] | None = None) -> str | None:
+    """``None`` when apps may run on this machine (from :func:`current`, this process's own survey),
+    else why not. A survey that could not run counts as every layer missing."""
+    found = current()
+    if found.problem is None:
+        return refusal(found.layers, environ)
+    if set(REQUIRED_LAYERS) <= allowed_missing(environ):
+        return None
+    return (f"the sandbox refuses to run the app: its layers could not be checked here ({found.problem}). "
+            f"Set {ALLOW_VARIABLE}=1 to run without them (see docs/deploy.md)")
 
 
 _current: Posture | None = None
