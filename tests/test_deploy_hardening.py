@@ -171,8 +171,7 @@ def test_the_page_says_which_layers_protect_the_grader_and_the_operators_choice(
     from ui.app import build_ui
 
     layers = {"rlimits": True, "landlock_abi": 0 if mode != "full" else 7, "seccomp": True, "capabilities_dropped": True}
-    found = posture.Posture(layers=layers, missing=posture.missing_layers(layers),
-                            allowed_missing=["landlock"] if mode == "reduced" else [])
+    found = posture.Posture(layers=layers, allowed_missing=["landlock"] if mode == "reduced" else [])
     monkeypatch.setattr(posture, "_current", found)
     hub = SessionHub.for_server(Runtime(sampler=CurriculumSampler(shipped)), human_log="")
     try:
@@ -186,3 +185,16 @@ def test_the_page_says_which_layers_protect_the_grader_and_the_operators_choice(
         assert shown and shown[0]["props"]["value"] == line
     finally:
         hub.shutdown()
+
+
+def test_what_health_reports_and_what_the_sandbox_does_are_one_decision():
+    from envcore.sandbox import posture
+
+    cases = [posture.Posture(problem="the probe could not run"),
+             posture.Posture(problem="the probe could not run", allowed_missing=["landlock", "seccomp"]),
+             posture.Posture(layers={"landlock_abi": 0, "seccomp": True}, allowed_missing=["seccomp"]),
+             posture.Posture(layers={"landlock_abi": 0, "seccomp": True}, allowed_missing=["landlock"])]
+    assert [p.grading for p in cases] == [False, True, False, True]
+    for found in cases:
+        assert found.grading == (found.refusal() is None) and (found.mode == "refused") == (not found.grading)
+    assert "could not be checked" in cases[0].refusal() and "Landlock" in cases[2].refusal()

@@ -52,7 +52,6 @@ from openenv.core.env_server.types import (
     HealthStatus,
     ServerMode,
 )
-from pydantic import ConfigDict
 from starlette.exceptions import HTTPException
 
 from envcore.env.actions import A01Action, A01Observation, A01State
@@ -180,7 +179,6 @@ class SandboxHealth(HealthResponse):
     (every layer, or a missing one the operator allowed), ``unhealthy`` (HTTP 503) when grading is
     refused (see :mod:`envcore.sandbox.posture`)."""
 
-    model_config = ConfigDict(extra="forbid")
     sandbox: dict[str, Any]
 
 

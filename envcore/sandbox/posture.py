@@ -14,7 +14,7 @@ So a missing layer is never silent:
   under Landlock; the kernel must list the process as filtered), and says where workers' folders go
   (:func:`workspace_parent`: its file system, whether it is memory-backed, its free space). The
   server logs it at start and reports it on ``/health`` and ``/metadata``; the page shows it.
-* :func:`refusal_here` is checked before the sandbox runs any app (:mod:`envcore.sandbox.pool`):
+* :func:`refusal_here` (:meth:`Posture.refusal`, the same decision ``/health`` reports) is checked before the sandbox runs any app (:mod:`envcore.sandbox.pool`):
   without Landlock or seccomp it **refuses to run the app**, so nothing is graded (an infrastructure
   error, no reward), unless the operator opts in with ``A01_ALLOW_REDUCED_SANDBOX``: ``1`` (any layer
   may be missing) or a comma list of the layers that may (``landlock``, ``seccomp``). The decision
@@ -101,25 +101,13 @@ def allowed_missing(environ: Mapping[str, str] | None = None) -> frozenset[str]:
 
 
 def missing_layers(layers: Mapping[str, Any]) -> list[str]:
-    """The required layers a worker's reported containment lacks."""
+    """The required layers that ``layers`` (what containment reported) lacks."""
     missing = []
     if not layers.get("landlock_abi"):
         missing.append("landlock")
     if not layers.get("seccomp"):
         missing.append("seccomp")
     return missing
-
-
-def refusal(layers: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str | None:
-    """``None`` when an app may run under ``layers``, else why not (naming the opt-in)."""
-    missing = [name for name in missing_layers(layers) if name not in allowed_missing(environ)]
-    if not missing:
-        return None
-    notes = "; ".join(str(note) for note in layers.get("notes") or []) or "no reason given"
-    return (f"the sandbox refuses to run the app: {' and '.join(LAYER_NAMES[m] for m in missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} not in force here ({notes}). "
-            f"Run on a host that allows {'it' if len(missing) == 1 else 'them'}, or set "
-            f"{ALLOW_VARIABLE}={','.join(missing)} to grade without (see docs/deploy.md)")
 
 
 LAYER_NAMES = {"landlock": "Landlock", "seccomp": "the seccomp filter"}
@@ -131,16 +119,35 @@ class Posture:
     in the probe, plus the checks made from inside it."""
 
     layers: dict[str, Any] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
     allowed_missing: list[str] = field(default_factory=list)
     workspace: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
-    """Why the probe itself could not run (the sandbox then cannot either)."""
+    """Why the probe itself could not run (then every layer counts as missing)."""
+
+    @property
+    def missing(self) -> list[str]:
+        """The required layers that do not hold here (all of them when the probe could not run)."""
+        return list(REQUIRED_LAYERS) if self.problem else missing_layers(self.layers)
+
+    def refusal(self) -> str | None:
+        """``None`` when apps may run here, else why not (naming the opt-in). The one decision behind
+        both the sandbox's refusal (:func:`refusal_here`) and what ``/health`` and the page say."""
+        missing = [name for name in self.missing if name not in self.allowed_missing]
+        if not missing:
+            return None
+        if self.problem:
+            return (f"the sandbox refuses to run the app: its layers could not be checked here ({self.problem}). "
+                    f"Set {ALLOW_VARIABLE}=1 to run without them (see docs/deploy.md)")
+        notes = "; ".join(str(note) for note in self.layers.get("notes") or []) or "no reason given"
+        return (f"the sandbox refuses to run the app: {' and '.join(LAYER_NAMES[m] for m in missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not in force here ({notes}). "
+                f"Run on a host that allows {'it' if len(missing) == 1 else 'them'}, or set "
+                f"{ALLOW_VARIABLE}={','.join(missing)} to grade without (see docs/deploy.md)")
 
     @property
     def grading(self) -> bool:
         """Whether apps will be run and graded here."""
-        return self.problem is None and all(name in self.allowed_missing for name in self.missing)
+        return self.refusal() is None
 
     @property
     def mode(self) -> str:
@@ -178,7 +185,8 @@ class Posture:
         return line
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "mode": self.mode, "grading": self.grading, "summary": self.summary()}
+        return {**asdict(self), "missing": self.missing, "mode": self.mode, "grading": self.grading,
+                "summary": self.summary()}
 
 
 def survey(timeout_s: float = 30.0, environ: Mapping[str, str] | None = None) -> Posture:
@@ -212,19 +220,13 @@ def survey(timeout_s: float = 30.0, environ: Mapping[str, str] | None = None) ->
     if not isinstance(layers, dict):
         tail = (done.stderr or "").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
         return Posture(workspace=workspace, allowed_missing=allowed, problem=f"the probe failed: {tail[0][:300]}")
-    return Posture(layers=layers, missing=missing_layers(layers), allowed_missing=allowed, workspace=workspace)
+    return Posture(layers=layers, allowed_missing=allowed, workspace=workspace)
 
 
-def refusal_here(environ: Mapping[str, str] | None = None) -> str | None:
-    """``None`` when apps may run on this machine (from :func:`current`, this process's own survey),
-    else why not. A survey that could not run counts as every layer missing."""
-    found = current()
-    if found.problem is None:
-        return refusal(found.layers, environ)
-    if set(REQUIRED_LAYERS) <= allowed_missing(environ):
-        return None
-    return (f"the sandbox refuses to run the app: its layers could not be checked here ({found.problem}). "
-            f"Set {ALLOW_VARIABLE}=1 to run without them (see docs/deploy.md)")
+def refusal_here() -> str | None:
+    """``None`` when apps may run on this machine, else why not: :meth:`Posture.refusal` of this
+    process's own survey (:func:`current`), never of what a worker reports."""
+    return current().refusal()
 
 
 _current: Posture | None = None
