@@ -65,7 +65,7 @@ from envcore.feedback.categories import categorize, episode_facts
 from envcore.sandbox import posture
 from envcore.server.capped_log import DEFAULT_GENERATIONS, CappedEpisodeLog
 from envcore.server.guard import ClientPolicy, env_bytes, per_client_cap
-from envcore.server.storage import human_log_path
+from envcore.server.storage import ARTIFACTS, human_log_path
 from envcore.settings import SettingError, positive_int, seconds
 
 DEFAULT_TTL_S = 900.0
@@ -74,7 +74,6 @@ DEFAULT_HUMAN_MAX_STEPS = 60
 HUMAN_STEP_BUDGETS = (10, 200)
 """The step budgets a person may choose (the Play tab's slider; anything else is brought into it)."""
 DEFAULT_HUMAN_LOG_MAX_BYTES = 32 * 1024 * 1024
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 DEBRIEF_WAIT_S = 5.0
 """How long the debrief waits for the coach to finish judging the episode's last requests."""
 SCRIPTED_LIVE_AGENTS = ("heuristic", "random", "deny_all", "noop", "oracle")
