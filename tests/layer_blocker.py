@@ -6,6 +6,11 @@ profile does: the kernel seems to lack Landlock) and, with ``seccomp``, refuses 
 filter with ``EINVAL`` (a platform without seccomp filters), then executes the command, which
 inherits the filter and everything it starts. Used by the tests that check a missing layer is
 reported and refused, on a machine that has every layer. x86-64 Linux only.
+
+It stands alone (the standard library only, no import of the project) on purpose: the container
+check mounts it into the image and runs it there, before anything of the app is on the path. So it
+writes its few BPF instructions and the two ``prctl`` calls itself, as
+:func:`envcore.sandbox.seccomp.install` does for the worker's filter.
 """
 
 from __future__ import annotations
