@@ -22,7 +22,7 @@ import re
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from openenv.core.env_server.types import Action, Observation, State
-from pydantic import Field, RootModel, TypeAdapter, field_validator, model_validator
+from pydantic import ConfigDict, Field, RootModel, TypeAdapter, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from envcore.scenario.probes import HTTP_METHODS
@@ -102,6 +102,10 @@ def _refuse(reason: str) -> PydanticCustomError:
 class _Tool(Action):
     """A tool call. ``tool`` names the tool; the other fields are its arguments."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+    """Each field's docstring is its description: in ``/schema``, in MCP's tool listing and in the
+    native tool-calling schemas (:func:`envcore.env.tools.tool_schemas`)."""
+
     tool: str
     read_only: ClassVar[bool] = True
     """Whether the tool leaves the episode's files and phase as they are."""
@@ -118,8 +122,11 @@ class ReadFile(_Tool):
 
     tool: Literal["read_file"] = "read_file"
     path: str = Field(min_length=1, max_length=LIMITS["path_chars"])
+    """The file's path as list_files shows it, e.g. app/routers/tickets.py."""
     start_line: int | None = Field(default=None, ge=1)
+    """First line to show (1-based); omit for the start of the file."""
     end_line: int | None = Field(default=None, ge=1)
+    """Last line to show (inclusive); omit for the end of the file."""
 
 
 class SearchCode(_Tool):
@@ -128,9 +135,13 @@ class SearchCode(_Tool):
 
     tool: Literal["search_code"] = "search_code"
     query: str = Field(min_length=1, max_length=LIMITS["search_chars"])
+    """The text to look for (a Python regular expression when regex is true)."""
     regex: bool = False
+    """Whether query is a regular expression."""
     path_prefix: str | None = Field(default=None, max_length=LIMITS["path_chars"])
+    """Only search files whose path starts with this, e.g. app/routers/."""
     max_results: int = Field(default=50, ge=1, le=LIMITS["search_results"])
+    """The most matching lines to return."""
 
 
 class HttpRequestTool(_Tool):
@@ -138,12 +149,16 @@ class HttpRequestTool(_Tool):
 
     tool: Literal["http_request"] = "http_request"
     method: str = "GET"
+    """The HTTP method: GET, POST, PUT, PATCH or DELETE (also HEAD and OPTIONS)."""
     path: str = Field(min_length=1, max_length=LIMITS["request_path_chars"])
+    """The request path with its query string, starting with /, e.g. /api/tickets/3?expand=1."""
     as_user: str | None = Field(default=None, max_length=128)
-    """A seeded user's username (the request is signed with their credentials: a bearer token, an
-    API-key header, a cookie, basic auth or a login's token); ``None`` for anonymous."""
+    """A seeded user's username: the request is signed with their credentials (a bearer token, an
+    API-key header, a cookie, basic auth or a login's token). Omit it for an anonymous request."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Extra request headers (the user's credentials are added for you)."""
     json_body: Any = None
+    """A JSON request body, for POST, PUT and PATCH."""
 
     @field_validator("method")
     @classmethod
@@ -181,6 +196,7 @@ class ApplyPatch(_Tool):
     tool: Literal["apply_patch"] = "apply_patch"
     read_only: ClassVar[bool] = False
     diff: str = Field(min_length=1, max_length=LIMITS["diff_bytes"])
+    """The unified diff to apply."""
 
 
 class EditFile(_Tool):
@@ -189,8 +205,11 @@ class EditFile(_Tool):
     tool: Literal["edit_file"] = "edit_file"
     read_only: ClassVar[bool] = False
     path: str = Field(min_length=1, max_length=LIMITS["path_chars"])
+    """The file to edit, as list_files shows it."""
     search: str = Field(min_length=1, max_length=LIMITS["edit_bytes"])
+    """The exact text to replace, copied from the file (it must occur exactly once)."""
     replace: str = Field(max_length=LIMITS["edit_bytes"])
+    """The text to put in its place."""
 
 
 class RunTests(_Tool):
@@ -220,6 +239,7 @@ class Reply(_Tool):
 
     tool: Literal["reply"] = "reply"
     text: str = Field(max_length=LIMITS["reply_chars"])
+    """The model's reply, as it wrote it."""
 
 
 class OutOfBudget(_Tool):
