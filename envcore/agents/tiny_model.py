@@ -20,6 +20,17 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL_TOKENS = ["<|pad|>", "<|im_start|>", "<|im_end|>"]
+TOOL_CALL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+"""Added with ``tool_calling=True``: the markers of the Qwen3 chat template's native tool calls."""
+
+
+def tool_calling_template() -> str:
+    """Qwen3's chat template as TRL ships it: it renders ``tools=`` and tool calls as ``<tool_call>``
+    JSON, and TRL (``add_response_schema``) and :mod:`envcore.agents.tool_calls` know how to read the
+    calls back out of a reply, so a tiny model built with it exercises the native tool-calling paths."""
+    from trl.chat_template_utils import qwen3_chat_template
+
+    return qwen3_chat_template
 
 
 def _corpus() -> list[str]:
@@ -45,12 +56,14 @@ def _corpus() -> list[str]:
 def build_tiny_model(out: str | Path, *, seed: int = 0, vocab_size: int = 640, hidden_size: int = 64,
                      layers: int = 2, context_tokens: int = 8192, heads: int = 4, kv_heads: int = 2,
                      intermediate_size: int | None = None, corpus: Iterable[str] | None = None,
-                     readme: str | None = None) -> Path:
+                     readme: str | None = None, tool_calling: bool = False) -> Path:
     """Build the tokenizer and a random-weight model into ``out``; return the folder.
 
     ``corpus`` (default: a few strings of prompts, actions and code) is what the tokenizer's BPE merges
     are learned from; a model trained from scratch passes its demonstrations, so its vocabulary is
-    that of the apps and actions it will read and write."""
+    that of the apps and actions it will read and write. ``tool_calling`` gives it the Qwen3 chat
+    template (:func:`tool_calling_template`) and its tool-call markers as special tokens, instead of
+    the plain ChatML template."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -60,12 +73,13 @@ def build_tiny_model(out: str | Path, *, seed: int = 0, vocab_size: int = 640, h
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+    special = SPECIAL_TOKENS + (TOOL_CALL_TOKENS if tool_calling else [])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     core.train_from_iterator(_corpus() if corpus is None else corpus, trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|pad|>", bos_token="<|im_start|>",
                                         eos_token="<|im_end|>", model_max_length=context_tokens)
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = tool_calling_template() if tool_calling else CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
 
     config = LlamaConfig(
