@@ -69,7 +69,19 @@ def tool_docs() -> str:
     return "\n".join(entries)
 
 
-def system_prompt() -> str:
+NATIVE_OUTPUT_RULES = """\
+Act through the tools you are given, one tool call per turn; each call's result comes back to you.
+Patches are unified diffs against the current files (paths relative to the app, as listed). Call
+submit once your fix is in place: submitting runs hidden security and regression checks."""
+
+
+def system_prompt(native_tools: bool = False) -> str:
+    """The system message. ``native_tools``: for models that call tools through their chat
+    template's or endpoint's own format, where the tools travel as schemas
+    (:func:`envcore.env.tools.tool_schemas`), so the message neither lists them nor asks for JSON
+    in the text."""
+    if native_tools:
+        return f"{ROLE}\n\n{NATIVE_OUTPUT_RULES}"
     return f"{ROLE}\n\n{OUTPUT_RULES}\n\nTools:\n{tool_docs()}"
 
 
