@@ -6,10 +6,11 @@
 * **in process** (no ``urls``): each session is an :class:`~envcore.env.environment.A01Environment`
   over one shared runtime, whose logger writes the records (with the full verification report);
 * **remote** (``urls``): each session is an :class:`~envcore.env.client.A01Env` WebSocket session to
-  one of the servers, sessions spread round-robin over them (how OpenEnv scales past one machine).
-  The record is written here, from what the client saw: every action and observation, the final
-  diff (from the session's state) and the reward breakdown; the hidden verification report stays on
-  the server.
+  one of the servers, each new session on the least-loaded of them by their ``/capacity``
+  (:class:`~envcore.agents.providers.Balancer`; equal idle servers fill round-robin), which is how
+  OpenEnv scales past one machine; :mod:`envcore.agents.providers` starts such servers. The record
+  is written here, from what the client saw: every action and observation, the final diff (from
+  the session's state) and the reward breakdown; the hidden verification report stays on the server.
 
 **Resumable**: an episode that names its scenario (as evaluation's do) and whose record (same
 agent, scenario and seed) is already in ``log`` is not played again, so an interrupted run continues
@@ -239,8 +240,30 @@ class RemoteSession:
             pass
         if self._http is not None:
             self._http.close()
+        release, self.on_close = self.on_close, None
+        if release is not None:
+            release()
+
+    on_close: Callable[[], None] | None = None
+    """Called once when the session is closed (the balancer counts it as ended)."""
 
 
 def remote_sessions(urls: list[str], logger: EpisodeLogger | None, source: str) -> Callable[[int], RemoteSession]:
-    """A factory of WebSocket sessions spread round-robin over ``urls``."""
-    return lambda index: RemoteSession(urls[index % len(urls)], logger, source)
+    """A factory of WebSocket sessions, each opened on the least-loaded of ``urls``
+    (:class:`~envcore.agents.providers.Balancer`)."""
+    from envcore.agents.providers import Balancer
+
+    balancer = Balancer(urls)
+
+    def open_session(index: int) -> RemoteSession:
+        chosen = balancer.acquire()
+        try:
+            session = RemoteSession(balancer.urls[chosen], logger, source)
+        except BaseException:
+            balancer.release(chosen)
+            raise
+        session.on_close = lambda: balancer.release(chosen)
+        return session
+
+    open_session.balancer = balancer  # type: ignore[attr-defined]
+    return open_session
