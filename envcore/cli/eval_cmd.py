@@ -2,10 +2,12 @@
 
 ``eval`` plays one agent (a scripted baseline, a local ``transformers`` model with an optional LoRA
 adapter, or an OpenAI-compatible endpoint) on the first ``--n`` scenarios of ``--split`` (in
-process, or against the servers given with ``--url``) and writes to ``--out``: ``episodes.jsonl`` (the episode log, which
-makes the run resumable: run the same command again to finish an interrupted one; ``--compress``
-leaves it as ``episodes.jsonl.gz``, which a later run unpacks and resumes), ``summary.json`` and
-``report.md``. ``compare`` pairs two such folders on the scenarios both played.
+process, against the servers given with ``--url``, or on ``--replicas`` servers ``--provider`` starts
+for the run: docker, swarm, uv or process, see :mod:`envcore.agents.providers`) and writes to
+``--out``: ``episodes.jsonl`` (the episode log, which makes the run resumable: run the same command
+again to finish an interrupted one; ``--compress`` leaves it as ``episodes.jsonl.gz``, which a later
+run unpacks and resumes), ``summary.json`` and ``report.md``. ``compare`` pairs two such folders on
+the scenarios both played.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from envcore.numbers import signed
 
 def register(groups: argparse._SubParsersAction) -> None:
     from envcore.agents.names import AGENTS
+    from envcore.agents.providers import add_arguments as provider_arguments
 
     e = groups.add_parser("eval", help="evaluate an agent on held-out scenarios",
                           description="Play --agent on the first --n scenarios of --split (sorted by id, so every agent "
@@ -43,6 +46,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--url", action="append", default=[],
                    help="play against this server (repeat for several replicas): the scenarios are the ones its "
                         "catalogue lists, which --cache must hold")
+    provider_arguments(e)
     e.add_argument("--cache", help="scenario cache (default: the newest shipped one)")
     e.add_argument("--compress", action="store_true",
                    help="leave the episode log gzip-compressed (episodes.jsonl.gz; a later run resumes from it)")
@@ -79,6 +83,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit("--max-new-tokens must be at least 1 and --temperature at least 0")
     if args.max_steps is not None and not 1 <= args.max_steps <= 200:
         raise SystemExit("--max-steps must be between 1 and 200")
+    from envcore.agents.providers import ProviderError, Replicas, spec_from_args
+
+    try:  # --provider's servers, started for the run and stopped when it ends (or fails, or is interrupted)
+        provider = spec_from_args(args, sessions=args.parallel)
+        cache = None if provider.kind == "local" else _open_cache(args.cache)
+        with Replicas(provider, cache=cache, say=lambda line: print(line, file=sys.stderr)) as servers:
+            args.url = servers.urls or []
+            return _run_eval(args)
+    except ProviderError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _open_cache(path: str | None):
+    from envcore.cache import ScenarioCache
+
+    return ScenarioCache.open(path)
+
+
+def _run_eval(args: argparse.Namespace) -> int:
     from envcore.agents.catalog import LLMOptions
     from envcore.agents.eval_run import EvaluationError, evaluate_into
     from envcore.agents.evaluate import evaluation_episodes

@@ -16,8 +16,10 @@ Sections:
 * ``episodes``: how episodes are played during training: split, per-episode step budget, tokens per
   turn, the completion budget (model and environment tokens of one episode together), and the
   curriculum (stages of tiers, in order, each with a number of episode groups);
-* ``environment``: in process (no ``urls``) or against running servers; the scenario cache and a
-  sampling-weights file (what the feedback loop writes);
+* ``environment``: where episodes are played: in process (the default), on ``replicas`` servers a
+  ``provider`` starts for the run (``docker``/``swarm`` from an ``image``, ``uv``/``process`` from the
+  checkout; :mod:`envcore.agents.providers`) or on running servers (``urls``); the scenario cache and
+  a sampling-weights file (what the feedback loop writes);
 * ``grpo``: the GRPO settings handed to TRL's ``GRPOConfig`` (plus ``extra`` for any other of its
   fields);
 * ``tracking``: the Trackio project and folder (local; nothing is synced unless ``space_id`` is set);
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -110,8 +112,16 @@ class EpisodesSection(_Section):
 
 
 class EnvironmentSection(_Section):
+    provider: Literal["local", "docker", "swarm", "uv", "process", "url"] | None = None
+    """Where the servers come from (:mod:`envcore.agents.providers`): ``local`` plays in process;
+    ``docker``, ``swarm``, ``uv`` and ``process`` start ``replicas`` servers for the run and stop them
+    at its end; ``url`` plays on ``urls``. Default: ``url`` with ``urls``, else ``local``."""
+    replicas: int | None = None
+    """Servers the provider starts (docker, swarm, uv, process; default 1)."""
+    image: str | None = None
+    """The server image of providers docker and swarm (e.g. ``a01-repair-gym:local``)."""
     urls: list[str] = Field(default_factory=list)
-    """Servers to play against (sessions spread round-robin); empty: in process."""
+    """Servers to play against (provider url; each new session on the least-loaded by ``/capacity``)."""
     cache: str | None = None
     """The scenario cache (default: the newest shipped one)."""
     weights: str | None = None
@@ -124,6 +134,34 @@ class EnvironmentSection(_Section):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"a server URL starts with http:// or https://, not {url!r}")
         return [u.rstrip("/") for u in value]
+
+    @model_validator(mode="after")
+    def _provider(self) -> "EnvironmentSection":
+        from envcore.agents.providers import spec_problem
+
+        problem = spec_problem(self.kind, replicas=self.replicas, image=self.image, urls=self.urls)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @property
+    def kind(self) -> str:
+        """The provider, its default resolved."""
+        return self.provider or ("url" if self.urls else "local")
+
+    _started: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def server_urls(self) -> list[str]:
+        """The servers episodes are played on: those the run's provider started, else ``urls``."""
+        return list(self._started or self.urls)
+
+    def serving(self, urls: list[str] | None) -> "EnvironmentSection":
+        """A copy whose :attr:`server_urls` are ``urls`` (the replicas started for a run); the
+        configuration itself, as saved with the run, is unchanged."""
+        copy = self.model_copy()
+        copy._started = tuple(urls or ())
+        return copy
 
 
 class GrpoSection(_Section):

@@ -6,7 +6,9 @@ The steps, in order (each fails early with a clear message):
 1. **Tracking**: ``TRACKIO_DIR`` is set to ``tracking.dir`` before Trackio is imported (it reads the
    variable once); metrics stay in that folder unless ``tracking.space_id`` is set.
 2. **Environment**: in process, one runtime whose sandbox is started and sized for the generation
-   batch before training starts; or the servers in ``environment.urls``, each asked (``/capacity``)
+   batch before training starts; or servers: those in ``environment.urls``, or the replicas
+   ``environment.provider`` starts for the run (:mod:`envcore.agents.providers`; stopped when the run
+   ends, however it ends), each asked (``/capacity``)
    whether it can hold its share of the batch's sessions, and whether it serves the same cache,
    before anything is written (a run that cannot start leaves nothing behind).
 3. **Episodes**: the curriculum's episode keys (:mod:`envcore.training.episodes`).
@@ -138,7 +140,7 @@ def check_servers(config: TrainConfig, cache: Any) -> None:
     its share of the generation batch's sessions."""
     from envcore.training.rollout import check_capacity
 
-    urls = config.environment.urls
+    urls = config.environment.server_urls
     if urls:
         _same_cache(urls, cache)
         check_capacity(urls, config.grpo.generation_batch)
@@ -150,9 +152,9 @@ def _sessions(config: TrainConfig, sampler: Any, run_dir: Path, say: Say) -> Cal
 
     logger = EpisodeLogger(run_dir / "episodes.jsonl")
     batch = config.grpo.generation_batch
-    urls = config.environment.urls
+    urls = config.environment.server_urls
     if urls:
-        say(f"environment: {len(urls)} server(s), {batch} sessions")
+        say(f"environment: {len(urls)} server(s) ({config.environment.kind}), {batch} sessions, each on the least-loaded")
         return remote_sessions(urls, logger, "training")
     from envcore.env.environment import Runtime
 
@@ -260,7 +262,25 @@ def last_metrics(log_history: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def train(config: TrainConfig, *, say: Say = _print) -> TrainingResult:
-    """Run the whole pipeline of the module docstring; return where things went and the figures."""
+    """Run the whole pipeline of the module docstring; return where things went and the figures. The
+    replicas ``environment.provider`` starts (docker, swarm, uv, process) serve the whole run, the
+    evaluation included, and are stopped at its end, however it ends."""
+    from envcore.agents.providers import ProviderError, ProviderSpec, Replicas
+
+    env = config.environment
+    spec = ProviderSpec.of(env.kind, replicas=env.replicas, image=env.image, urls=env.urls, cache_dir=env.cache,
+                           sessions=max(config.grpo.generation_batch, config.evaluation.parallel))
+    if not spec.starts:
+        return _train(config, say=say)
+    try:
+        with Replicas(spec, say=say) as servers:  # check_servers then checks their cache and capacity
+            return _train(config.model_copy(update={"environment": env.serving(servers.urls)}), say=say)
+    except ProviderError as exc:
+        raise TrainingError(str(exc)) from None
+
+
+def _train(config: TrainConfig, *, say: Say) -> TrainingResult:
+    """:func:`train` once its servers (if any) run."""
     use_tracking_dir(config.tracking.dir)
     from envcore.cache import ScenarioCache
     from envcore.env.reward import reward_configuration, reward_configuration_hash
@@ -449,17 +469,15 @@ def _grpo(config: TrainConfig, cache: Any, base: str, run_dir: Path, reward_hash
 
 
 def _same_cache(urls: list[str], cache: Any) -> None:
-    """Episode keys name scenarios of the local cache: every server must serve the same version."""
-    import httpx
+    """Episode keys name scenarios of the local cache: every server must serve them as it holds them
+    (:func:`envcore.agents.providers.check_same_cache`)."""
+    from envcore.agents.providers import ProviderError, check_same_cache
 
     for url in urls:
         try:
-            served = httpx.get(f"{url}/scenarios", params={"limit": 1}, timeout=10).json()["scenarios"]
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            raise TrainingError(f"cannot read {url}/scenarios: {exc}") from None
-        if served and served[0]["scenario_id"] not in set(cache.ids()):
-            raise TrainingError(f"{url} serves another scenario cache than {cache.root}; point environment.cache at "
-                                "the cache the servers serve")
+            check_same_cache(url, cache)
+        except ProviderError as exc:
+            raise TrainingError(str(exc)) from None
 
 
 def evaluate_adapter(config: TrainConfig, cache: Any, *, say: Say = _print) -> dict[str, Any]:
@@ -472,7 +490,7 @@ def evaluate_adapter(config: TrainConfig, cache: Any, *, say: Say = _print) -> d
 
     e, run_dir = config.evaluation, config.run_dir
     common = {"cache": cache, "split": e.split, "n": e.n, "parallel": e.parallel, "max_steps": e.max_steps,
-              "urls": config.environment.urls or None}
+              "urls": config.environment.server_urls or None}
     trained = evaluate_into(run_dir / "eval" / "trained", "transformers", name=model_agent_id(config, adapter=True),
                             llm=LLMOptions(model=config.model.name_or_path, adapter=str(config.adapter_dir),
                                            max_new_tokens=e.max_new_tokens), **common)

@@ -80,7 +80,7 @@ def evaluate_stages(config: TrainConfig, cache: Any, trained: list[str], *,
         for stage, llm in stage_models(config).items():
             run = evaluate_into(run_dir / "eval" / name / stage.replace("+", "_"), "transformers", cache=cache,
                                 split="any" if name == TRAINED else name, n=piece.n, llm=llm, name=agent_ids[stage],
-                                parallel=e.parallel, urls=config.environment.urls or None, max_steps=e.max_steps,
+                                parallel=e.parallel, urls=config.environment.server_urls or None, max_steps=e.max_steps,
                                 scenarios=scenarios, title=f"{STAGE_TITLES[stage]} of {config.name} on {name}")
             records[stage] = [r for r in read_episodes(run.folder / "episodes.jsonl") if r.agent_id == agent_ids[stage]]
             block["stages"][stage] = stage_entry(run.folder, run.summary, records[stage])
