@@ -58,6 +58,11 @@ def register(groups: argparse._SubParsersAction) -> None:
                           "download. Its replies are noise.")
     t.add_argument("--out", required=True, help="output folder")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--tool-calling", action="store_true",
+                   help="Qwen3's tool-calling chat template and markers instead of plain ChatML (native tool calls)")
+    t.add_argument("--teach-tool-calls", type=int, default=0, metavar="STEPS",
+                   help="with --tool-calling: then teach it for STEPS steps to answer with native tool calls "
+                        "(list_files, submit); 200 takes about 20 s")
     t.set_defaults(func=cmd_tiny_model)
 
     c = groups.add_parser("compare", help="compare two evaluation runs, paired on their common scenarios",
@@ -144,7 +149,13 @@ def _run_eval(args: argparse.Namespace) -> int:
 def cmd_tiny_model(args: argparse.Namespace) -> int:
     from envcore.agents.tiny_model import build_tiny_model
 
-    folder = build_tiny_model(args.out, seed=args.seed)
+    if args.teach_tool_calls and not args.tool_calling:
+        raise SystemExit("--teach-tool-calls needs --tool-calling")
+    folder = build_tiny_model(args.out, seed=args.seed, tool_calling=args.tool_calling)
+    if args.teach_tool_calls:
+        from envcore.agents.tiny_model import teach_tool_calls
+
+        teach_tool_calls(folder, steps=args.teach_tool_calls, seed=args.seed)
     print(f"tiny random-weight chat model: {folder}")
     return 0
 
