@@ -10,6 +10,10 @@ Played against servers (``urls``), the scenarios are the servers' own: their cat
 (``GET /scenarios``) says which ids the split holds, every server must offer the same ones, and the
 local cache the agent and the summary read must hold each of them with the same content (else the
 run stops before the first episode and says which cache the servers serve).
+
+The ``private`` split is not read from a cache: its scenarios are generated from the evaluator's
+secret when the run starts, played in process, recorded by content hash alone and deleted when it
+ends (:mod:`envcore.agents.private_eval`).
 """
 
 from __future__ import annotations
@@ -98,11 +102,21 @@ def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test
                   llm: LLMOptions = LLMOptions(), name: str | None = None, parallel: int = 1,
                   urls: list[str] | None = None, max_steps: int | None = None, compress: bool = False,
                   progress: Callable[[int], None] | None = None, title: str | None = None,
-                  scenarios: list[str] | None = None) -> EvaluationRun:
+                  scenarios: list[str] | None = None, private_seed: str | None = None) -> EvaluationRun:
     """Evaluate ``agent`` into ``out``; see the module docstring. ``scenarios`` (ids) replaces the
-    split's first ``n``: exactly those, sorted, one episode each."""
+    split's first ``n``: exactly those, sorted, one episode each. The split ``private`` is generated
+    from ``private_seed`` (``None``: ``A01_PRIVATE_SEED``) instead of read from ``cache``, ``n`` of
+    them (default 100), and recorded by content hash alone (:mod:`envcore.agents.private_eval`)."""
     from envcore.env.episode_log import read_episodes
 
+    if split == "private":
+        from envcore.agents.private_eval import evaluate_private
+
+        if urls or scenarios is not None:
+            raise EvaluationError("the private split is generated here: it cannot be played against servers "
+                                  "or on named scenarios")
+        return evaluate_private(out, agent, seed=private_seed, n=n, llm=llm, name=name, parallel=parallel,
+                                max_steps=max_steps, compress=compress, progress=progress)
     split_filter = None if split == "any" else split
     if scenarios is None and urls:
         scenarios = served_scenarios(urls, split=split_filter, cache=cache)
@@ -142,10 +156,13 @@ def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test
     return EvaluationRun(summary, result, agent_id, out, result.failed)
 
 
-def write_summary(out: Path, records: list[Any], *, cache: Any, run: dict[str, Any], title: str) -> dict[str, Any]:
-    """``summary.json`` (the summary of ``records`` with the ``run`` block) and ``report.md`` in ``out``,
-    as every evaluation run writes them; returns the summary."""
-    summary = summarize(records, domains=scenario_domains(cache))
+def write_summary(out: Path, records: list[Any], *, cache: Any, run: dict[str, Any], title: str,
+                  domains: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``summary.json`` (the summary of ``records`` with the ``run`` block, and ``extra`` keys) and
+    ``report.md`` in ``out``, as every evaluation run writes them; returns the summary. ``domains``
+    (scenario id of the records -> domain) replaces the cache manifest's."""
+    summary = summarize(records, domains=scenario_domains(cache) if domains is None else domains)
+    summary.update(extra or {})
     summary["run"] = run
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "report.md").write_text(render_report(summary, title=title))

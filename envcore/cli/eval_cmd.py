@@ -50,6 +50,10 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--cache", help="scenario cache (default: the newest shipped one)")
     e.add_argument("--compress", action="store_true",
                    help="leave the episode log gzip-compressed (episodes.jsonl.gz; a later run resumes from it)")
+    e.add_argument("--private-seed-file", metavar="PATH",
+                   help="--split private (scenarios generated from a secret, recorded by hash; --n defaults to 100): "
+                        "the file holding the secret (default: $A01_PRIVATE_SEED); never an argument, which shell "
+                        "history and ps keep")
     e.set_defaults(func=cmd_eval)
 
     t = groups.add_parser("tiny-model", help="build the tiny random-weight chat model used by tests and demos",
@@ -110,8 +114,13 @@ def _run_eval(args: argparse.Namespace) -> int:
     from envcore.agents.catalog import LLMOptions
     from envcore.agents.eval_run import EvaluationError, evaluate_into
     from envcore.agents.evaluate import evaluation_episodes
+    from envcore.agents.private_eval import DEFAULT_COUNT, PRIVATE_SPLIT, private_seed_option
     from envcore.cache import ScenarioCache
 
+    try:
+        private_seed = private_seed_option(args.split, args.private_seed_file, urls=args.url, cache=args.cache)
+    except EvaluationError as exc:
+        raise SystemExit(str(exc)) from None
     cache = ScenarioCache.open(args.cache)
     split = None if args.split == "any" else args.split
     if args.url:  # the servers' own scenarios (their catalogue), which the local cache must hold
@@ -125,14 +134,14 @@ def _run_eval(args: argparse.Namespace) -> int:
         total = len(chosen)
     else:
         chosen = None  # the split's first n, picked by the run itself
-        total = len(evaluation_episodes(cache, split=split, n=args.n))
+        total = (args.n or DEFAULT_COUNT) if split == PRIVATE_SPLIT else len(evaluation_episodes(cache, split=split, n=args.n))
     llm = LLMOptions(model=args.model, adapter=args.adapter, max_new_tokens=args.max_new_tokens,
                      temperature=args.temperature, base_url=args.base_url)
     try:
         with progress_bar(max(total, 1), f"eval {args.name or args.agent}") as update:
             run = evaluate_into(args.out, args.agent, cache=cache, split=args.split, n=args.n, llm=llm, name=args.name,
                                 parallel=args.parallel, urls=args.url or None, max_steps=args.max_steps,
-                                scenarios=chosen,
+                                scenarios=chosen, private_seed=private_seed,
                                 compress=args.compress, progress=update)
     except EvaluationError as exc:
         raise SystemExit(str(exc)) from None
