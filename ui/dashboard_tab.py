@@ -179,11 +179,12 @@ HIDDEN_AT_FIRST: tuple[tuple[str, Callable[[artifact_sets.RolloutSet, list[artif
     ("pipeline checks", lambda s, sets: bool(s.caveat)),
     ("untrained models", lambda s, sets: _untrained_model(s)),
     ("older caches", _superseded),
-    ("other splits", lambda s, sets: s.split not in ("", MAIN_SPLIT)),
+    ("other splits", lambda s, sets: s.split not in ("", MAIN_SPLIT, data.PRIVATE_SPLIT)),
 )
 """Why a set is not shown at first, in the toggle's words; the first that applies is its reason. What
 is left: the newest cache's scripted baselines and oracle, the trained agents on the test split
-that are not pipeline checks, and the human players (about six rows)."""
+that are not pipeline checks, and the human players (about six rows). Runs on the private split
+stay: it is drawn with the test split's mix, and the leaderboard badges them (:data:`ui.data.PRIVATE_BADGE`)."""
 
 
 def hidden_reason(rollout_set: artifact_sets.RolloutSet, sets: list[artifact_sets.RolloutSet]) -> str:
@@ -223,7 +224,8 @@ def _scores(row: Any) -> str:
 
 
 def _who(row: Any) -> str:
-    where = f" ({safe.markdown(row['where'])})" if row["where"] else ""
+    about = " · ".join(p for p in (data.private_badge(row["split"]), row["where"]) if p)
+    where = f" ({safe.markdown(about)})" if about else ""
     return f"**{safe.markdown(row['name'])}**{where}"
 
 

@@ -345,6 +345,16 @@ episode at +0.897 (n = 1, an interval of zero width) used to rank first, above t
 episodes; with five, a player's interval is at least an interval, and one lucky repair is not a rank."""
 SPLIT_WORDS = {"trained": "its training scenarios"}
 """How a split reads in a name when it tells two entrants apart (otherwise ``<split> split``)."""
+PRIVATE_SPLIT = "private"
+"""The split an evaluator generates from a secret seed at evaluation time (``eval --split private``):
+scenarios nobody could have trained on, so its rows carry :data:`PRIVATE_BADGE`."""
+PRIVATE_BADGE = "private split: unseen scenarios from a secret seed"
+"""What the leaderboard and the headline say beside a row measured on the private split."""
+
+
+def private_badge(split: str) -> str:
+    """:data:`PRIVATE_BADGE` for a row measured on the private split, else ``""``."""
+    return PRIVATE_BADGE if split == PRIVATE_SPLIT else ""
 
 
 def _split_words(split: str) -> str:
@@ -567,8 +577,9 @@ LEADERBOARD_HEADERS = ("#", "agent or player", "mean reward", "full fixes", "rew
 def leaderboard_display(table: pd.DataFrame) -> pd.DataFrame:
     """:func:`leaderboard_table` as people read it (:data:`LEADERBOARD_HEADERS`): the rank (``–`` for an
     entrant that is not ranked), the name, the mean reward and full-fix rate, their 95% intervals, the
-    partial-fix rate, the episodes (and how many were graded, when not all), and, about it, where it
-    comes from, its caveat and why it is not ranked (``validation: ...`` for the oracle). Cells are
+    partial-fix rate, the episodes (and how many were graded, when not all), and, about it, whether it
+    was measured on the private split (:data:`PRIVATE_BADGE`, first), where it comes from, its caveat
+    and why it is not ranked (``validation: ...`` for the oracle). Cells are
     plain text (a table cell shows its text as it is), so a player's name needs no escaping here."""
     def episodes(row: Any) -> str:
         return str(row.episodes) if row.graded == row.episodes else f"{row.episodes} ({row.graded} graded)"
@@ -579,6 +590,7 @@ def leaderboard_display(table: pd.DataFrame) -> pd.DataFrame:
     rows = [[str(r.rank) if r.standing == "ranked" else "–", r.name,
              "" if math.isnan(r.reward) else signed(r.reward), _percent(r.full_fix),
              interval(r.reward_low, r.reward_high, signed), interval(r.full_fix_low, r.full_fix_high, _percent),
-             _percent(r.partial), episodes(r), " · ".join(p for p in (r.where, r.caveat, r.note) if p)]
+             _percent(r.partial), episodes(r),
+             " · ".join(p for p in (private_badge(r.split), r.where, r.caveat, r.note) if p)]
             for r in table.itertuples()]
     return pd.DataFrame(rows, columns=list(LEADERBOARD_HEADERS))
