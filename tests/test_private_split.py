@@ -323,3 +323,11 @@ def test_too_few_scenarios_passing_their_checks_is_an_error_not_a_smaller_split(
     with pytest.raises(PrivateSplitError, match=r"only 0 of 2 private scenarios .* after 12 builds .*a canary"):
         private_cache(SECRET, count=2, workdir=tmp_path, say=quiet)
     assert not list(tmp_path.iterdir())
+
+
+def test_bench_private_prints_seconds_and_scenarios_per_second(tmp_path):
+    proc = run_cli("bench", "private", "--n", "1", env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"private split of 1 \(\d compact, \d realistic\): generated and verified in [\d.]+ s = "
+                     r"[\d.]+ scenarios/s", proc.stdout)
+    assert not list(tmp_path.iterdir())

@@ -33,6 +33,14 @@ def register(groups: argparse._SubParsersAction) -> None:
                    "the realistic family beside the compact styles) and print the two side by side")
     p.set_defaults(func=cmd_factory)
 
+    pv = cmds.add_parser("private", help="time to generate and verify a private split",
+                         description="Generate and verify --n scenarios of the private split as `eval --split "
+                         "private` does (the test split's mix, the whole scenario check, every core) from a fresh "
+                         "random secret that is never shown, print the total seconds and scenarios per second with "
+                         "the machine's load average before and after, and delete them.")
+    pv.add_argument("--n", type=int, default=100, help="scenarios (default 100, what an evaluation uses)")
+    pv.set_defaults(func=cmd_private)
+
     v = cmds.add_parser("verify", help="isolated verification latency against its baselines, live requests, memory, "
                         "throughput",
                         description="Verify N shipped scenarios patched with their reference fixes through the "
@@ -171,6 +179,31 @@ def _measure(config: FactoryConfig, args: argparse.Namespace, workers: int, *, f
           f"{report.verified_per_s:.1f} verified scenarios/s; rejects {report.reject_share:.1%}; "
           f"distinct hashes {len(hashes)}")
     return report
+
+
+def cmd_private(args: argparse.Namespace) -> int:
+    import secrets
+    import shutil
+    import time
+
+    from envcore.factory.private import private_cache
+
+    if args.n < 1:
+        raise SystemExit("--n must be at least 1")
+    before = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()}; "
+          f"load average {before:.1f}")
+    started = time.perf_counter()
+    cache = private_cache(secrets.token_hex(16), count=args.n)
+    elapsed = time.perf_counter() - started
+    try:
+        realistic = sum(1 for row in cache.rows if str(row["code_style"]).startswith("routers"))
+    finally:
+        shutil.rmtree(cache.root, ignore_errors=True)
+    print(f"private split of {args.n} ({args.n - realistic} compact, {realistic} realistic): generated and verified "
+          f"in {elapsed:.1f} s = {args.n / elapsed:.2f} scenarios/s with {default_workers()} workers; load average "
+          f"{before:.1f} before, {os.getloadavg()[0]:.1f} after")
+    return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
