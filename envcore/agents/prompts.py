@@ -9,9 +9,18 @@ The conversation is the usual one for tool-using chat models:
   users, the files);
 * then one **assistant** message per reply and one **user** message per observation.
 
+In the native tool-calling format (``Conversation(native=True)``, ``system_prompt(native_tools=True)``)
+the system message says what the job is and that one tool is called per turn: the tools reach the
+model as schemas (:func:`envcore.env.tools.tool_schemas`, through the chat template or the API's
+``tools``), not as text. An assistant message then carries ``tool_calls`` and the observation comes
+back as a ``tool`` message answering the first call's ``tool_call_id``; every further call of the
+same reply is answered with :data:`ONE_CALL_PER_TURN` (each call must be answered, and only one runs).
+A reply with no call is answered by a **user** message, as in the JSON format.
+
 :class:`Conversation` keeps that history within a size budget (``max_chars``). Older tool outputs
 are shortened first (a file read long ago is worth less than the latest one), then the oldest turns
-are dropped; the system message, the task and the latest observation always stay. A turn's text
+are dropped (an assistant message with every message answering it, so no tool message is left
+without its call); the system message, the task and the latest observation always stay. A turn's text
 counts in characters so the budget holds for any tokenizer; set it from the model's context
 (``~3.5 characters a token`` for code is a safe rule).
 """
@@ -22,11 +31,14 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
+from typing import Any
 
 from envcore.env.actions import A01Observation
 from envcore.env.tools import TOOLS, arguments, describe
 
-Message = dict[str, str]
+Message = dict[str, Any]
+"""A chat message: ``role`` and ``content`` (text), plus ``tool_calls`` on an assistant's native calls
+and ``tool_call_id`` on a tool's answer."""
 
 OUTPUT_RULES = """\
 Answer every turn with exactly one tool call: a JSON object whose "tool" field names the tool and
@@ -85,10 +97,29 @@ def system_prompt(native_tools: bool = False) -> str:
     return f"{ROLE}\n\n{OUTPUT_RULES}\n\nTools:\n{tool_docs()}"
 
 
+ONE_CALL_PER_TURN = ("Not run: only one tool call is taken per turn, the first of the reply. "
+                     "Call this tool again on its own if you still need it.")
+"""The answer to every call of a reply after its first (which is the step's action)."""
+
+
 def observation_message(observation: A01Observation) -> str:
     """The user turn that answers one action: the environment's own text plus the budget left."""
     text = observation.text or (f"Error: {observation.error}" if observation.error else json.dumps(observation.result))
     return f"{text}\n\n[{observation.steps_left} steps left]"
+
+
+def message_chars(message: Message) -> int:
+    """A message's size in characters: its text, and the names and arguments of its native calls."""
+    size = len(message.get("content") or "")
+    for call in message.get("tool_calls") or ():
+        function = (call.get("function") or {}) if isinstance(call, dict) else {}
+        size += len(str(function.get("name") or "")) + len(str(function.get("arguments") or ""))
+    return size
+
+
+def _turn_starts(messages: list[Message]) -> list[int]:
+    """Where each turn after the task starts: an assistant message, then the messages answering it."""
+    return [i for i in range(2, len(messages)) if i == 2 or messages[i]["role"] == "assistant"]
 
 
 @dataclass
@@ -99,41 +130,63 @@ class Conversation:
     old_output_chars: int = 1_500
     """How much of an older observation survives once the budget is tight."""
     messages: list[Message] = field(default_factory=list)
+    native: bool = False
+    """Native tool calling: the native system prompt, and observations answering calls as tool messages."""
 
     def start(self, first: A01Observation) -> None:
-        self.messages = [{"role": "system", "content": system_prompt()},
+        self.messages = [{"role": "system", "content": system_prompt(native_tools=self.native)},
                          {"role": "user", "content": observation_message(first)}]
 
     def add_reply(self, text: str) -> None:
         self.messages.append({"role": "assistant", "content": text})
 
+    def add_tool_calls(self, content: str, calls: list[dict[str, Any]]) -> None:
+        """An assistant message with native calls (OpenAI's ``{"id", "type", "function"}`` entries); the
+        next observation answers the first, :data:`ONE_CALL_PER_TURN` the others."""
+        self.messages.append({"role": "assistant", "content": content, "tool_calls": calls})
+
     def add_observation(self, observation: A01Observation) -> None:
-        self.messages.append({"role": "user", "content": observation_message(observation)})
+        text = observation_message(observation)
+        last = self.messages[-1] if self.messages else {}
+        calls = last.get("tool_calls") if last.get("role") == "assistant" else None
+        if not calls:
+            self.messages.append({"role": "user", "content": text})
+            return
+        for index, call in enumerate(calls):
+            self.messages.append({"role": "tool", "tool_call_id": call["id"],
+                                  "content": text if index == 0 else ONE_CALL_PER_TURN})
 
     def size(self) -> int:
-        return sum(len(m["content"]) for m in self.messages)
+        return sum(message_chars(m) for m in self.messages)
 
     def fitted(self, max_chars: int | None = None) -> list[Message]:
         """The messages to send: the whole history if it fits, else shortened as described above."""
         budget = self.max_chars if max_chars is None else max_chars
         messages = [dict(m) for m in self.messages]
-        if sum(len(m["content"]) for m in messages) <= budget:
+
+        def size() -> int:
+            return sum(message_chars(m) for m in messages)
+
+        if size() <= budget:
             return messages
         # 1. shorten older observations (never the task, never the latest turn)
-        for m in messages[2:-1]:
-            if m["role"] == "user" and len(m["content"]) > self.old_output_chars:
+        starts = _turn_starts(messages)
+        for m in messages[2:starts[-1] if starts else 2]:
+            if m["role"] in ("user", "tool") and len(m["content"]) > self.old_output_chars:
                 cut = self.old_output_chars
                 m["content"] = m["content"][:cut] + f"\n[... {len(m['content']) - cut} characters of an older output cut]"
-        # 2. drop the oldest assistant/user pairs after the task
-        while sum(len(m["content"]) for m in messages) > budget and len(messages) > 4:
-            del messages[2:4]
+        # 2. drop the oldest turns after the task, each with the messages answering it
+        while size() > budget and len(starts := _turn_starts(messages)) > 1:
+            del messages[2:starts[1]]
         # 3. last resort: cut the latest observation, then the task, from the middle (the system
         #    prompt, which says how to answer, always stays whole)
-        for index in (-1, 1):
-            over = sum(len(m["content"]) for m in messages) - budget
+        starts = _turn_starts(messages)
+        latest = starts[-1] + 1 if starts and starts[-1] + 1 < len(messages) else len(messages) - 1
+        for index in (latest, 1):
+            over = size() - budget
             if over <= 0 or len(messages) < 2:
                 break
-            content = messages[index]["content"]
+            content = messages[index]["content"] or ""
             keep = max(len(content) - over - 64, 400)
             if keep < len(content):
                 messages[index]["content"] = f"{content[: keep // 2]}\n[... cut to fit the context ...]\n{content[-(keep // 2):]}"
