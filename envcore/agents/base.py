@@ -4,7 +4,9 @@ An :class:`Agent` is told when an episode begins (:meth:`Agent.begin`, with the 
 and a seed for anything random) and is then asked for one action per step (:meth:`Agent.act`) until
 the episode is done. An action is a wire action as a dict: a tool call (``{"tool": "read_file",
 "path": ...}``), or for a language model its whole reply (``{"tool": "reply", "text": ...}``), which
-the environment reads (so a format error is counted as an invalid action the same way everywhere).
+the environment reads (so a format error is counted as an invalid action the same way everywhere). A
+language model calling tools natively sends its first call as the tool call, and anything else as
+such a reply (:mod:`envcore.agents.tool_calls`).
 
 Agents see only what the environment shows them. The one exception is the oracle, which is given
 the scenario cache to look up the reference fix; it exists to validate scenarios and the reward,

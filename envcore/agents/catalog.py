@@ -3,6 +3,8 @@
 ``AGENTS`` lists the names: the scripted baselines (``noop``, ``deny_all``, ``random``,
 ``heuristic``, ``oracle``) and the two language-model kinds, ``transformers`` (a local model folder
 or hub name, optionally with a LoRA ``adapter``) and ``openai`` (an OpenAI-compatible endpoint).
+:class:`LLMOptions` holds what a language-model agent is built with, its tool format included
+(``json``, ``native`` or ``auto``: :mod:`envcore.agents.tool_calls`).
 :func:`agent_factory` returns a zero-argument factory (rollouts build one agent per session) and
 the agent id its episodes are logged under.
 """
@@ -32,12 +34,15 @@ class LLMOptions:
     temperature: float = 0.0
     base_url: str | None = None
     device: str | None = None
+    tool_format: str = "json"
+    """``json`` (one JSON action in the reply's text), ``native`` (the chat template's or endpoint's own
+    tool calls) or ``auto`` (native where the template renders tools or the endpoint takes them)."""
 
 
 def agent_factory(name: str, *, cache: Any = None, llm: LLMOptions = LLMOptions(),
                   agent_id: str | None = None) -> tuple[Callable[[], Agent], str]:
     """(factory, agent id) for the agent called ``name``; bad combinations raise ``ValueError``."""
-    problem = options_problem(name, model=llm.model, adapter=llm.adapter)
+    problem = options_problem(name, model=llm.model, adapter=llm.adapter, tool_format=llm.tool_format)
     if problem:
         raise ValueError(problem)
     if name in BASELINES:
@@ -52,17 +57,19 @@ def agent_factory(name: str, *, cache: Any = None, llm: LLMOptions = LLMOptions(
             raise ValueError("the transformers agent needs --model (a folder or hub name) or --adapter")
         if llm.adapter and not Path(llm.adapter).is_dir():
             raise ValueError(f"adapter folder {llm.adapter} does not exist")
-        options: dict[str, Any] = {"adapter": llm.adapter, "temperature": llm.temperature, "device": llm.device}
+        options: dict[str, Any] = {"adapter": llm.adapter, "temperature": llm.temperature, "device": llm.device,
+                                   "tool_format": llm.tool_format}
         if llm.max_new_tokens:
             options["max_new_tokens"] = llm.max_new_tokens
         # built now, so a model that cannot load fails before any episode; it is the first agent handed out
         first = TransformersAgent(llm.model, name=agent_id, **options)
+        options["tool_format"] = first.tool_format  # "auto" settled once, by the first agent's template check
         return _first_then(first, lambda: TransformersAgent(llm.model, name=first.name, **options)), first.name
     from envcore.agents.llm import OpenAIChatAgent
 
     if llm.adapter:
         raise ValueError("--adapter is for the transformers agent; an endpoint serves its own adapters")
-    options = {"base_url": llm.base_url, "temperature": llm.temperature}
+    options = {"base_url": llm.base_url, "temperature": llm.temperature, "tool_format": llm.tool_format}
     if llm.max_new_tokens:
         options["max_new_tokens"] = llm.max_new_tokens
     first = OpenAIChatAgent(llm.model, name=agent_id, **options)
