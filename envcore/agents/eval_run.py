@@ -146,7 +146,8 @@ def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test
                           agent_id=agent_id, source="evaluation", progress=progress)
     records = [r for r in read_episodes(log) if r.agent_id == agent_id]
     summary = write_summary(out, records, cache=cache, title=title or f"{agent_id} on {split} ({cache.root.name})", run={
-        "agent": agent_id, "kind": agent, "model": llm.model, "adapter": llm.adapter, "split": split,
+        "agent": agent_id, "kind": agent, "model": llm.model, "adapter": llm.adapter, "tool_format": llm.tool_format,
+        "split": split,
         "n": len(episodes), "cache": cache.root.name, "max_steps": max_steps, "played": result.played,
         "resumed": result.skipped, "failed": result.failed})
     if compress:

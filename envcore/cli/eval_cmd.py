@@ -37,6 +37,10 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--base-url", help="openai agent: the endpoint's base URL (ending in /v1)")
     e.add_argument("--max-new-tokens", type=int, help="language-model agents: tokens per reply (default 512 local, 1024 endpoint)")
     e.add_argument("--temperature", type=float, default=0.0, help="language-model agents: sampling temperature (default 0: greedy)")
+    e.add_argument("--tool-format", choices=("json", "native", "auto"), default="json",
+                   help="language-model agents: json (one JSON action in the reply's text; the default), native (the "
+                        "chat template's or endpoint's own tool calls) or auto (native where the template renders "
+                        "tools or the endpoint takes them)")
     e.add_argument("--name", help="agent id in the episode log (default: the agent's name, e.g. llm:<model>)")
     e.add_argument("--split", default="test", help="split to evaluate on (default test; 'any' for all)")
     e.add_argument("--n", type=int, help="number of scenarios (default: the whole split)")
@@ -83,7 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from envcore.agents.names import options_problem
 
     # Every argument is checked before the agents (and the web stack under them) are imported.
-    problem = options_problem(args.agent, model=args.model, adapter=args.adapter)
+    problem = options_problem(args.agent, model=args.model, adapter=args.adapter, tool_format=args.tool_format)
     if problem:
         raise SystemExit(problem)
     if args.n is not None and args.n < 1 or args.parallel < 1:
@@ -136,7 +140,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         chosen = None  # the split's first n, picked by the run itself
         total = (args.n or DEFAULT_COUNT) if split == PRIVATE_SPLIT else len(evaluation_episodes(cache, split=split, n=args.n))
     llm = LLMOptions(model=args.model, adapter=args.adapter, max_new_tokens=args.max_new_tokens,
-                     temperature=args.temperature, base_url=args.base_url)
+                     temperature=args.temperature, base_url=args.base_url, tool_format=args.tool_format)
     try:
         with progress_bar(max(total, 1), f"eval {args.name or args.agent}") as update:
             run = evaluate_into(args.out, args.agent, cache=cache, split=args.split, n=args.n, llm=llm, name=args.name,
