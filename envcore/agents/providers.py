@@ -266,10 +266,10 @@ def health_refusal(url: str) -> str | None:
     if reply.status_code != 503:
         return None
     try:
-        sandbox = reply.json().get("sandbox", {})
+        sandbox = reply.json()["sandbox"]
         reason = sandbox.get("problem") or f"missing {', '.join(sandbox.get('missing') or []) or 'sandbox layers'}"
-    except (ValueError, AttributeError):
-        reason = reply.text[:300]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None  # not the sandbox's answer (a Space still starting answers 503 too): keep waiting
     return (f"{url}/health answers 503, grading refused: {reason} (docs/deploy.md: A01_ALLOW_REDUCED_SANDBOX "
             "when the platform cannot give that layer)")
 
@@ -437,10 +437,10 @@ def _process_provider_class() -> Any:
     from openenv.core.containers.runtime import RuntimeProvider
 
     class ProcessProvider(RuntimeProvider):
-        """``python app.py`` from the checkout in a process group of its own: ``UVProvider``'s
-        lifecycle (start, wait for ``/health``, terminate then kill) without uv, with the server's
-        output in a file (a pipe nobody reads would stall it) and its sandbox's processes stopped
-        with it."""
+        """``python app.py`` from the checkout in a session of its own (a Ctrl-C meant for the caller
+        does not reach it half-way): ``UVProvider``'s lifecycle (start, wait for ``/health``, terminate
+        then kill) without uv, with the server's output in a file (a pipe nobody reads would stall it)
+        and its sandbox's processes stopped with it."""
 
         def __init__(self, *, root: Path = ROOT, python: str = sys.executable) -> None:
             self.root, self.python = root, python
@@ -480,7 +480,7 @@ def _process_provider_class() -> Any:
         def stop(self) -> None:
             process, self.process = self.process, None
             if process is not None:
-                _stop_group(process)
+                _stop_tree(process)
             if self.log_path:
                 Path(self.log_path).unlink(missing_ok=True)
                 self.log_path = None
@@ -496,8 +496,36 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _stop_group(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """SIGTERM to the server (it stops its sandbox), then SIGKILL to whatever of its process group is left."""
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid``, from /proc (the sandbox's workers run in sessions of their own, so
+    neither the server's process group nor its session holds them all)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _stop_tree(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """SIGTERM to the server, which stops its sandbox; once it is gone, whatever ran under it is given a
+    few seconds to follow and then killed, so stopping returns with nothing of it left."""
+    below = _descendants(process.pid) if sys.platform.startswith("linux") else []
     if process.poll() is None:
         process.terminate()
         try:
@@ -505,10 +533,19 @@ def _stop_group(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _outlive(below)
+
+
+def _outlive(pids: list[int], grace_s: float = 5.0) -> None:
+    """Give ``pids`` (what ran under a stopped server) ``grace_s`` to exit by themselves, then kill the rest."""
+    deadline = time.monotonic() + grace_s
+    while (left := [pid for pid in pids if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class _ProcessReplica(_Replica):
@@ -610,10 +647,13 @@ class _UvReplica(_Replica):
         return None if process is None else process.pid
 
     def stop(self) -> None:
+        process = self.provider._process
+        below = _descendants(process.pid) if process is not None and sys.platform.startswith("linux") else []
         try:
             self.provider.stop()  # SIGTERM to uv, which passes it on to uvicorn
         finally:
             Path(self.log_path).unlink(missing_ok=True)
+            _outlive(below)
 
 
 class _UrlReplica(_Replica):
@@ -621,6 +661,7 @@ class _UrlReplica(_Replica):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.refused: str | None = None
 
     def start(self) -> str:
         return self.url
@@ -633,11 +674,17 @@ class _UrlReplica(_Replica):
             try:
                 if httpx.get(f"{self.url}/health", timeout=min(10.0, max(timeout_s, 1.0))).status_code == 200:
                     return
+            except httpx.ConnectError as exc:  # nothing listens there (a sleeping Space still answers)
+                self.refused = f"does not answer ({exc})"
+                raise TimeoutError(self.refused) from None
             except httpx.HTTPError:
                 pass
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"{self.url}/health did not answer 200")
             time.sleep(0.5)
+
+    def gone(self) -> str | None:
+        return self.refused
 
     def stop(self) -> None:
         pass
