@@ -158,7 +158,9 @@ class Episodes:
             raise
         self._sessions[state.uuid] = session
         planned = self.plan[str(state.sample_id)]
-        observation = await session.reset(scenario=planned.scenario, seed=planned.seed,
+        # split None: the scenario is named, whatever split the cache files it under (a private cache
+        # has no other); the environment's default split would refuse a scenario outside it
+        observation = await session.reset(scenario=planned.scenario, seed=planned.seed, split=None,
                                           **self.reset_options, **options)
         progress = state.store_as(EpisodeProgress)
         progress.steps, progress.done, progress.limit, progress.final = 0, False, None, None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import zipfile
@@ -315,7 +316,6 @@ def test_the_task_plays_a_running_server_over_its_websocket(tmp_path, shipped_ca
 # ----- the private split ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # generates and checks two scenarios (the factory and the whole scenario check)
 def test_the_private_split_shows_no_ids_and_never_its_secret(tmp_path, monkeypatch, offline_tokens):
     secret = "inspect-private-split-test-" + "9f3c" * 4
     monkeypatch.setenv("A01_PRIVATE_SEED", secret)
@@ -328,9 +328,13 @@ def test_the_private_split_shows_no_ids_and_never_its_secret(tmp_path, monkeypat
         assert str(sample.id).startswith("private-") and "scenario_id" not in sample.metadata
         assert sample.metadata["scenario_hash"] in hashes and sample.metadata["split"] == "private"
         assert the_score(sample).metadata["outcome"] == "budget_exhausted"
+    # a scenario id is its hash's first 16 digits: one standing alone would be an id, not a hash
+    bare_ids = re.compile("|".join(f"{h[:16]}(?![0-9a-f])" for h in hashes))
     with zipfile.ZipFile(next(tmp_path.glob("*.eval"))) as archive:
         for name in archive.namelist():
-            assert secret not in archive.read(name).decode("utf-8", "replace"), f"the secret is in the log ({name})"
+            text = archive.read(name).decode("utf-8", "replace")
+            assert secret not in text, f"the secret is in the log ({name})"
+            assert not bare_ids.search(text), f"a scenario id is in the log ({name})"
 
 
 def test_the_package_exports_what_its_docstring_names():
