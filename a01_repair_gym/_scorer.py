@@ -93,10 +93,10 @@ def environment_reward(episodes: Episodes | None = None) -> Scorer:
         diff = await session.diff() if session is not None else None
         answer = diff[:ANSWER_CHARS] if diff is not None else None
         if final.get("reward") is None:
-            return Score.unscored(
-                reason="scoring_failed", answer=answer,
-                explanation=f"infrastructure error, not the model's: {final.get('error') or 'the verifier could not run'}",
-                metadata={"outcome": "infrastructure_error", "result": final.get("result")})
+            error = final.get("error") or "the verifier could not run"
+            return Score.unscored(reason="scoring_failed", answer=answer,
+                                  explanation=f"infrastructure error, not the model's: {error}",
+                                  metadata={"outcome": "infrastructure_error", "result": final.get("result")})
         resolution = breakdown.get("resolution")
         exhausted = bool(_component(breakdown, "budget_exhausted"))
         return Score(
