@@ -235,7 +235,7 @@ def test_the_command_line_refuses_a_missing_seed_and_misplaced_options(tmp_path)
     assert stray.returncode != 0 and "goes with --split private" in stray.stderr
     remote = run_cli("eval", "--agent", "noop", "--split", "private", "--url", "http://127.0.0.1:9",
                      "--out", str(tmp_path / "c"), env={**env, PRIVATE_SEED_ENV: SECRET})
-    assert remote.returncode != 0 and "--url and --cache do not apply" in remote.stderr
+    assert remote.returncode != 0 and "--url, --provider and --cache do not apply" in remote.stderr
     unread = run_cli("eval", "--agent", "noop", "--split", "private", "--out", str(tmp_path / "d"),
                      "--private-seed-file", str(tmp_path / "nowhere"), env=env)
     assert unread.returncode != 0 and "cannot read the private seed file" in unread.stderr

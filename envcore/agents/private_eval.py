@@ -166,14 +166,3 @@ def evaluate_private(out: str | Path, agent: str, *, seed: str | None, n: int | 
         log.unlink()
     return EvaluationRun(summary, result, agent_id, out, result.failed)
 
-
-def private_seed_option(split: str, seed_file: str | None, *, urls: list[str], cache: str | None) -> str | None:
-    """The command line's private-split options, checked: the secret in ``seed_file`` (``None``: the
-    run reads ``A01_PRIVATE_SEED``); ``None`` for every other split, where a seed file is a mistake."""
-    if split != PRIVATE_SPLIT:
-        if seed_file:
-            raise EvaluationError("--private-seed-file goes with --split private")
-        return None
-    if urls or cache:
-        raise EvaluationError("--split private generates its scenarios here: --url and --cache do not apply")
-    return seed_from_file(seed_file) if seed_file else None

@@ -96,6 +96,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit("--max-new-tokens must be at least 1 and --temperature at least 0")
     if args.max_steps is not None and not 1 <= args.max_steps <= 200:
         raise SystemExit("--max-steps must be between 1 and 200")
+    if args.split == "private":  # generated here, from a secret: refused before any server starts
+        if args.url or args.cache or args.provider not in (None, "local"):
+            raise SystemExit("--split private generates its scenarios here: --url, --provider and --cache do not apply")
+    elif args.private_seed_file:
+        raise SystemExit("--private-seed-file goes with --split private")
     from envcore.agents.providers import ProviderError, Replicas, spec_from_args
 
     try:  # --provider's servers, started for the run and stopped when it ends (or fails, or is interrupted)
@@ -118,11 +123,11 @@ def _run_eval(args: argparse.Namespace) -> int:
     from envcore.agents.catalog import LLMOptions
     from envcore.agents.eval_run import EvaluationError, evaluate_into
     from envcore.agents.evaluate import evaluation_episodes
-    from envcore.agents.private_eval import DEFAULT_COUNT, PRIVATE_SPLIT, private_seed_option
+    from envcore.agents.private_eval import DEFAULT_COUNT, PRIVATE_SPLIT, seed_from_file
     from envcore.cache import ScenarioCache
 
     try:
-        private_seed = private_seed_option(args.split, args.private_seed_file, urls=args.url, cache=args.cache)
+        private_seed = seed_from_file(args.private_seed_file) if args.private_seed_file else None  # None: the variable
     except EvaluationError as exc:
         raise SystemExit(str(exc)) from None
     cache = ScenarioCache.open(args.cache)
