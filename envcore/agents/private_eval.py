@@ -148,7 +148,8 @@ def evaluate_private(out: str | Path, agent: str, *, seed: str | None, n: int | 
         failed = sorted({hashes[e.scenario] for e in todo if (hashes[e.scenario], e.seed) not in played})
         result.skipped, result.failed = resumed, [f"scenario {h}: not played" for h in failed]
         records = [r for r in read_episodes(log) if r.agent_id == agent_id]
-        run = {"agent": agent_id, "kind": agent, "model": llm.model, "adapter": llm.adapter, "split": PRIVATE_SPLIT,
+        run = {"agent": agent_id, "kind": agent, "model": llm.model, "adapter": llm.adapter,
+               "tool_format": llm.tool_format, "split": PRIVATE_SPLIT,
                "n": len(episodes), "cache": PRIVATE_SPLIT, "max_steps": max_steps, "played": result.played,
                "resumed": resumed, "failed": failed}
         private = {"count": len(hashes), "scenario_hashes_sha256": set_digest(list(hashes.values())),
