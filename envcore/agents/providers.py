@@ -53,6 +53,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -309,6 +310,21 @@ def image_problem(image: str) -> str | None:
     if _docker("image", "inspect", image).returncode != 0:
         return (f"no image {image} in the local engine; build it with `docker build -t {image} .` "
                 "(docs/scale-out.md)")
+    return None
+
+
+def unavailable(kind: str, image: str | None = None) -> str | None:
+    """Why provider ``kind`` cannot run on this machine (no engine, no image, Swarm not active, no uv),
+    or ``None``."""
+    if kind in ("docker", "swarm"):
+        problem = image_problem(image or IMAGE)
+        if problem is None and kind == "swarm":
+            state = _docker("info", "--format", "{{.Swarm.LocalNodeState}}").stdout.strip()
+            if state != "active":
+                return f"Docker Swarm is {state or 'not active'} here (docker swarm init)"
+        return problem
+    if kind == "uv" and shutil.which("uv") is None:
+        return "no uv on PATH (pip install uv)"
     return None
 
 

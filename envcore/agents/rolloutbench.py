@@ -3,7 +3,8 @@
 The heuristic agent (reads every file, patches, submits: the shape of a real agent's episode, with
 no model time) plays ``--episodes`` episodes with 1, 2 and 4 parallel sessions, first in process
 (one shared runtime and sandbox), then as WebSocket clients of two ``python app.py`` server
-processes on loopback, sessions spread round-robin over them (:func:`run_rollouts` with two URLs).
+processes on loopback, each new session on the least-loaded of them (:func:`run_rollouts` with two
+URLs; equal idle servers fill in turn).
 Each configuration plays its own unseen scenarios (disjoint slices of the split, sorted by id), so
 no run profits from templates an earlier one built; a few untimed episodes first start each
 sandbox. For each it prints episodes per second, the
@@ -73,7 +74,7 @@ def run(cache_root: str, *, episodes: int, sessions: list[int], split: str | Non
         local[n], failed = _measure("in process", n, next(slices), runtime=runtime)
         failures += failed
 
-    print(f"through {servers} server processes on loopback (/ws, sessions round-robin):")
+    print(f"through {servers} server processes on loopback (/ws, sessions on the least-loaded):")
     processes = []
     remote: dict[int, float] = {}
     try:

@@ -118,8 +118,8 @@ def register(groups: argparse._SubParsersAction) -> None:
 
     r = cmds.add_parser("rollouts", help="rollout episodes/s of the heuristic agent with 1, 2, 4 sessions, local and remote",
                         description="Play the heuristic agent with each number of parallel --sessions, in process and "
-                        "as WebSocket clients of --servers `python app.py` processes on loopback (sessions spread "
-                        "round-robin), each run on its own unseen scenarios; print episodes per second, the speed-up "
+                        "as WebSocket clients of --servers `python app.py` processes on loopback (each new session on "
+                        "the least-loaded), each run on its own unseen scenarios; print episodes per second, the speed-up "
                         "over one session and the machine-wide CPU per episode. Exits 1 if any episode failed.")
     r.add_argument("--cache", default=None, help="scenario cache to play (default: the newest shipped)")
     r.add_argument("--episodes", type=int, default=48, help="episodes per run (default 48)")
@@ -127,6 +127,26 @@ def register(groups: argparse._SubParsersAction) -> None:
     r.add_argument("--servers", type=int, default=2, help="server processes for the remote runs (default 2)")
     r.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
     r.set_defaults(func=cmd_rollouts)
+
+    pr = cmds.add_parser("providers", help="episodes/s in process and on 1, 2, 4 replicas from OpenEnv's providers",
+                         description="Play a scripted agent on the same --episodes scenarios in process, then on "
+                         "--replicas replicas of each of --providers (docker: containers of --image; uv and "
+                         "process: servers from this checkout), each set fresh, sessions on the least-loaded "
+                         "replica; print episodes per second side by side with the ratio to in process, the replicas' "
+                         "start time and the machine-wide CPU per episode. A provider that cannot run here is "
+                         "skipped, saying why. Exits 1 if any episode failed.")
+    pr.add_argument("--cache", default=None, help="scenario cache to play (default: the newest shipped)")
+    pr.add_argument("--episodes", type=int, default=24, help="episodes per row (default 24)")
+    pr.add_argument("--sessions", type=int, default=4, help="sessions at once in every row (default 4)")
+    pr.add_argument("--replicas", default="1,2,4", help="comma-separated replica counts (default 1,2,4)")
+    pr.add_argument("--providers", default="docker,uv",
+                    help="comma-separated providers: docker, swarm, uv, process (default docker,uv)")
+    pr.add_argument("--image", default="a01-repair-gym:local", help="the image of docker and swarm replicas")
+    pr.add_argument("--agent", choices=("oracle", "heuristic"), default="oracle",
+                    help="oracle: the reference fix, then submit (one full grading an episode); heuristic: reads "
+                    "every file first (more steps over the wire); default oracle")
+    pr.add_argument("--split", default="test", help="split to draw scenarios from (default test; 'any' for all)")
+    pr.set_defaults(func=cmd_providers)
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -366,6 +386,26 @@ def cmd_load(args: argparse.Namespace) -> int:
         raise SystemExit("--episodes, --sessions and --block must be at least 1")
     split = None if args.split == "any" else args.split
     return loadbench.run(args.cache, episodes=args.episodes, sessions=args.sessions, block=args.block, split=split)
+
+
+def cmd_providers(args: argparse.Namespace) -> int:
+    from envcore.agents.providers import STARTED
+
+    try:
+        replicas = [int(n) for n in args.replicas.split(",")]
+    except ValueError:
+        raise SystemExit(f"--replicas must be comma-separated numbers, not {args.replicas!r}") from None
+    kinds = [k.strip() for k in args.providers.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in STARTED]
+    if unknown:
+        raise SystemExit(f"--providers: {', '.join(unknown)}; choose from {', '.join(STARTED)}")
+    if args.episodes < 1 or args.sessions < 1 or not replicas or not all(1 <= n <= 64 for n in replicas):
+        raise SystemExit("--episodes and --sessions must be at least 1, every --replicas count between 1 and 64")
+    from envcore.agents import providerbench
+
+    split = None if args.split == "any" else args.split
+    return providerbench.run(args.cache, episodes=args.episodes, sessions=args.sessions, replicas=replicas, kinds=kinds,
+                             image=args.image, agent=args.agent, split=split)
 
 
 def cmd_rollouts(args: argparse.Namespace) -> int:

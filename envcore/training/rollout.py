@@ -63,7 +63,8 @@ class CapacityError(RuntimeError):
 
 def check_capacity(urls: list[str], sessions: int, *, client: Any = None) -> dict[str, int]:
     """Ask every server in ``urls`` (``GET /capacity``) whether it can take its share of ``sessions``
-    (spread round-robin); raise :class:`CapacityError` saying what to change if one cannot."""
+    (equal shares: each new session goes to the least-loaded server, so idle ones fill in turn);
+    raise :class:`CapacityError` saying what to change if one cannot."""
     import httpx
 
     http = client or httpx.Client(timeout=10)
