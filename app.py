@@ -41,7 +41,7 @@ from fastapi import FastAPI  # noqa: E402
 from fastapi.responses import RedirectResponse  # noqa: E402
 
 from envcore.env.environment import default_runtime  # noqa: E402
-from envcore.env.server import create_env_app  # noqa: E402
+from envcore.env.server import create_env_app, ws_keepalive  # noqa: E402
 from envcore.sandbox import posture  # noqa: E402
 from envcore.sandbox.posture import allowed_missing  # noqa: E402
 from envcore.server.guard import DEFAULT_MAX_WS_MESSAGE_BYTES, env_bytes  # noqa: E402
@@ -106,7 +106,7 @@ def main() -> int:
         print(f"app.py: {exc}", file=sys.stderr)
         return 2
     uvicorn.run(served, host=os.environ.get("HOST", "0.0.0.0"), port=port, ws="websockets-sansio", proxy_headers=False,
-                ws_max_size=env_bytes("A01_MAX_WS_MESSAGE_BYTES", DEFAULT_MAX_WS_MESSAGE_BYTES))
+                ws_max_size=env_bytes("A01_MAX_WS_MESSAGE_BYTES", DEFAULT_MAX_WS_MESSAGE_BYTES), **ws_keepalive())
     return 0
 
 

@@ -45,6 +45,14 @@ from envcore.version import PACKAGE_VERSION
 
 MAX_STEPS_LIMIT = 200
 
+CLOSED = ("this session was closed (idle for longer than the server's session timeout, A01_SESSION_TIMEOUT_S, "
+          "or shut down); its episode ended without a reward and is logged as abandoned. Open a new session.")
+
+SPLIT_TYPES = {"train": "train", "val": "validation"}
+"""OpenEnv's split types; every other split (``test``, ``test_styles``, ``external``, ``private``) is a test split."""
+TASK_FIELDS = ("title", "bug_class", "tier", "domain", "code_style", "cwe", "sha256")
+"""What a task description carries (all public in ``/scenarios`` too)."""
+
 
 class ResetError(ValueError):
     """Reset options that cannot be satisfied (wrong type, out of range, no matching scenario); the
@@ -179,16 +187,28 @@ class A01Environment(MCPEnvironment):
     def reset(self, seed: int | None = None, episode_id: str | None = None, *, split: str | None = DEFAULT_SPLIT,
               tier: int | None = None, bug_class: str | None = None, domain: str | None = None,
               scenario: str | None = None, agent_id: str | None = None, max_steps: int | None = None,
-              **unknown: Any) -> A01Observation:
-        """Start an episode. ``split`` ``None`` or ``"any"`` draws from every split."""
+              index: int | None = None, **unknown: Any) -> A01Observation:
+        """Start an episode. ``split`` ``None`` or ``"any"`` draws from every split; ``index`` picks
+        the split's task at that position (OpenEnv's task API: :meth:`get_task` describes it)."""
         started = time.perf_counter()
+        if self.closed:
+            raise ResetError(CLOSED)
         if unknown:
             raise ResetError(f"unknown reset options: {_shown(sorted(unknown))}; known: seed, episode_id, split, "
-                             "tier, bug_class, domain, scenario, agent_id, max_steps")
+                             "index, tier, bug_class, domain, scenario, agent_id, max_steps")
         split = None if split in (None, "any") else split
         splits = self.runtime.cache.splits()
         if split is not None and split not in splits:
             raise ResetError(f"split must be one of {', '.join(splits)} or 'any', not {_shown(split)}")
+        if index is not None:
+            if scenario is not None:
+                raise ResetError("give either index (with split) or scenario, not both")
+            if split is None:
+                raise ResetError("index needs a split: the position of a task within it (see get_task)")
+            try:
+                scenario = self._task_ids(split)[self._task_index(split, index)]
+            except IndexError as exc:
+                raise ResetError(str(exc)) from None
         for name, value in (("episode_id", episode_id), ("bug_class", bug_class), ("domain", domain),
                             ("scenario", scenario), ("agent_id", agent_id)):
             if value is not None and (not isinstance(value, str) or _LONE_SURROGATE.search(value)):
@@ -224,6 +244,8 @@ class A01Environment(MCPEnvironment):
 
     def _step_impl(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> A01Observation:
         with self._lock:
+            if self.closed:  # a socket that outlived its session (the idle reaper closed it): the episode is over
+                return A01Observation(done=True, reward=None, error=CLOSED, text=f"Error: {CLOSED}")
             if self.episode is None:
                 return A01Observation(error="no episode: call reset first", text="Error: no episode: call reset first")
             if not isinstance(action, (_Tool, dict)):
@@ -248,6 +270,48 @@ class A01Environment(MCPEnvironment):
 
     def get_metadata(self) -> EnvironmentMetadata:
         return _metadata()
+
+    # ----- OpenEnv's task API (discovery only: a task is chosen with reset(split=, index=)) ------
+    def list_splits(self) -> list[dict[str, Any]]:
+        """Every split of the cache: its name, OpenEnv's type (train, validation or test) and size."""
+        return [{"name": name, "type": SPLIT_TYPES.get(name, "test"), "num_tasks": len(self._task_ids(name))}
+                for name in self.runtime.cache.splits()]
+
+    def num_tasks(self, split: str) -> int:
+        return len(self._task_ids(self._known_split(split)))
+
+    def get_task(self, split: str, index: int) -> dict[str, Any]:
+        """The public description of the split's task at ``index`` (what ``/scenarios`` shows: never
+        its probes or fix). ``IndexError`` outside the split."""
+        ids = self._task_ids(self._known_split(split))
+        return self._task(split, self._task_index(split, index), ids)
+
+    def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[dict[str, Any]]:
+        ids = self._task_ids(self._known_split(split))
+        return [self._task(split, i, ids) for i in range(*slice(start, stop).indices(len(ids)))]
+
+    def list_tasks(self, split: str) -> list[dict[str, Any]]:
+        return self.get_task_range(split)
+
+    def _known_split(self, split: Any) -> str:
+        if not isinstance(split, str) or split not in self.runtime.cache.splits():
+            raise ResetError(f"split must be one of {', '.join(self.runtime.cache.splits())}, not {_shown(split)}")
+        return split
+
+    def _task_ids(self, split: str) -> list[str]:
+        return self.runtime.cache.ids(split=split)
+
+    def _task_index(self, split: str, index: Any) -> int:
+        number = _int_option("index", index)
+        size = len(self._task_ids(split))
+        if not 0 <= number < size:
+            raise IndexError(f"index must be between 0 and {size - 1} for the {split} split, not {number}")
+        return number
+
+    def _task(self, split: str, index: int, ids: list[str]) -> dict[str, Any]:
+        row = self.runtime.cache.row(ids[index])
+        public = {k: row.get(k) for k in TASK_FIELDS if k in row}
+        return {"id": row["scenario_id"], "index": index, "split": split} | public
 
     def close(self) -> None:
         with self._lock:

@@ -73,6 +73,19 @@ from envcore.settings import positive_int, seconds
 
 DEFAULT_MAX_SESSIONS = 64
 DEFAULT_SESSION_TIMEOUT_S = 900.0
+DEFAULT_WS_PING_INTERVAL_S = 20.0
+DEFAULT_WS_PING_TIMEOUT_S = 60.0
+
+
+def ws_keepalive() -> dict[str, float]:
+    """uvicorn's WebSocket keepalive: a ping every ``A01_WS_PING_INTERVAL_S`` (default 20 s, under
+    the idle limits of the usual proxies and of Hugging Face Spaces), and a connection whose client
+    answers none within ``A01_WS_PING_TIMEOUT_S`` (default 60 s) is closed, ending its episode and
+    freeing its slot. A client's pings are answered on the client's own event loop, so a long
+    generation between two steps keeps its episode; an episode idle (no step) for longer than the
+    session timeout is still closed, pings or not: that is a leaked session."""
+    return {"ws_ping_interval": seconds("A01_WS_PING_INTERVAL_S", DEFAULT_WS_PING_INTERVAL_S, zero=False),
+            "ws_ping_timeout": seconds("A01_WS_PING_TIMEOUT_S", DEFAULT_WS_PING_TIMEOUT_S, zero=False)}
 
 
 class _SessionPool(HTTPEnvServer):
