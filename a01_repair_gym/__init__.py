@@ -13,10 +13,13 @@ and its epoch reducer), and :func:`environment_tools` (the tool registry as Insp
 """
 
 from a01_repair_gym._agent import SYSTEM_PROMPT, repair_agent, start_episode
+from a01_repair_gym._offline import estimate_offline
 from a01_repair_gym._scorer import environment_reward, full_fix_rate, mean_reward
 from a01_repair_gym._session import EpisodeProgress, Episodes, LocalSession, RemoteSession
 from a01_repair_gym._task import external, private, split_task, test, test_styles
 from a01_repair_gym._tools import action_for, environment_tools, tool_parameters
+
+estimate_offline()  # Inspect's token estimate, also where tiktoken cannot download its encoding
 
 __all__ = [
     "SYSTEM_PROMPT",

@@ -4,8 +4,8 @@ failure is unscored rather than a 0, and the private split shows neither scenari
 
 The models are Inspect's ``mockllm``: its default, which never calls a tool, and scripted ones that call
 the environment's tools. mockllm estimates tokens with tiktoken's ``o200k_base``, which tiktoken
-downloads on first use; these tests run offline, so the estimate is made from characters instead
-(:data:`OFFLINE_CLI` for the CLI in a subprocess, the ``offline_tokens`` fixture in process).
+downloads on first use; these tests run offline, where the package falls back to an estimate from
+characters (:mod:`a01_repair_gym._offline`), so the plain ``inspect`` command works as a user runs it.
 """
 
 from __future__ import annotations
@@ -41,25 +41,10 @@ from tests.test_env_server import serve_in_thread
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "a01_repair_gym"
 
-OFFLINE_CLI = """\
-import sys
-import inspect_ai.model._model as model_module
-import inspect_ai.model._tokens as tokens_module
-model_module.count_text_tokens = tokens_module.count_text_tokens = lambda text: max(1, len(text) // 4)
-from inspect_ai._cli.main import main
-sys.argv = ["inspect", *sys.argv[1:]]
-main()
-"""
-"""Inspect's CLI (``inspect ...``) with the character-based token estimate."""
-
-
-@pytest.fixture
-def offline_tokens(monkeypatch):
-    import inspect_ai.model._model as model_module
-    import inspect_ai.model._tokens as tokens_module
-
-    for module in (model_module, tokens_module):
-        monkeypatch.setattr(module, "count_text_tokens", lambda text: max(1, len(text) // 4))
+def inspect_cli() -> list[str]:
+    """Inspect's own command, as the install put it beside this Python."""
+    script = Path(sys.executable).with_name("inspect")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "inspect_ai"]
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +172,7 @@ def test_inspect_cli_runs_the_test_split_and_scores_the_untouched_app_as_the_env
     if not any(ep.name == "a01_repair_gym" for ep in entry_points(group="inspect_ai")):
         pytest.skip("the a01_repair_gym entry point is not installed: pip install -r requirements.txt (it installs "
                     "this checkout with `-e .`)")
-    run = subprocess.run([sys.executable, "-c", OFFLINE_CLI, "eval", "a01_repair_gym/test", "--model", "mockllm/model",
+    run = subprocess.run([*inspect_cli(), "eval", "a01_repair_gym/test", "--model", "mockllm/model",
                           "--limit", "2", "--log-dir", str(tmp_path), "--display", "none"],
                          check=False, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -214,7 +199,7 @@ def test_inspect_cli_runs_the_test_split_and_scores_the_untouched_app_as_the_env
 
 
 def test_a_model_that_applies_the_reference_fix_earns_the_full_fix_reward(tmp_path, shipped_cache, scenario_of,
-                                                                          sandbox, offline_tokens):
+                                                                          sandbox):
     # the reference fix is the answer key no solver sees; the test reads it from the cache to script the model
     model = scripted([lambda m: ("apply_patch", {"diff": shipped_cache.load(scenario_of(m)).reference_fix}),
                       lambda m: ("submit", {})])
@@ -232,7 +217,7 @@ def test_a_model_that_applies_the_reference_fix_earns_the_full_fix_reward(tmp_pa
     assert log.results.scores[0].metrics["full_fix_rate"].value == 1.0
 
 
-def test_every_call_is_a_step_even_one_inspect_would_refuse(tmp_path, shipped_cache, sandbox, offline_tokens):
+def test_every_call_is_a_step_even_one_inspect_would_refuse(tmp_path, shipped_cache, sandbox):
     # a call missing a required argument, a tool that does not exist, the harness's own action, then submit
     model = scripted([lambda m: ("read_file", {}), lambda m: ("reset", {}), lambda m: ("out_of_budget", {}),
                       lambda m: ("submit", {})])
@@ -245,7 +230,7 @@ def test_every_call_is_a_step_even_one_inspect_would_refuse(tmp_path, shipped_ca
     assert all(text.startswith("Error:") for text in refusals), refusals
 
 
-def test_an_inspect_limit_ends_the_episode_as_a_harness_budget_does(tmp_path, shipped_cache, offline_tokens):
+def test_an_inspect_limit_ends_the_episode_as_a_harness_budget_does(tmp_path, shipped_cache):
     model = scripted([lambda m: ("list_files", {})])
     log, = inspect_eval(tasks.test(n=1), model=model, log_dir=str(tmp_path), display="none", message_limit=6)
     sample, = log.samples
@@ -275,7 +260,7 @@ class BrokenVerifier:
         pass
 
 
-def test_an_infrastructure_error_is_unscored_never_a_zero(tmp_path, offline_tokens):
+def test_an_infrastructure_error_is_unscored_never_a_zero(tmp_path):
     from inspect_ai.dataset import Sample
 
     planned = [(Sample(id="s1", input="Fix the app."), Planned(scenario="s1", seed=0))]
@@ -291,8 +276,7 @@ def test_an_infrastructure_error_is_unscored_never_a_zero(tmp_path, offline_toke
 # ----- against a running server ---------------------------------------------------------------------
 
 
-def test_the_task_plays_a_running_server_over_its_websocket(tmp_path, shipped_cache, scenario_of, sandbox,
-                                                            offline_tokens):
+def test_the_task_plays_a_running_server_over_its_websocket(tmp_path, shipped_cache, scenario_of, sandbox):
     from envcore.env.episode_log import EpisodeLogger, read_episodes
     from envcore.env.server import create_env_app
 
@@ -318,7 +302,7 @@ def test_the_task_plays_a_running_server_over_its_websocket(tmp_path, shipped_ca
 # ----- the private split ----------------------------------------------------------------------------
 
 
-def test_the_private_split_shows_no_ids_and_never_its_secret(tmp_path, monkeypatch, offline_tokens):
+def test_the_private_split_shows_no_ids_and_never_its_secret(tmp_path, monkeypatch):
     secret = "inspect-private-split-test-" + "9f3c" * 4
     monkeypatch.setenv("A01_PRIVATE_SEED", secret)
     log, = inspect_eval(tasks.private(count=2, max_steps=2), model="mockllm/model", log_dir=str(tmp_path),
