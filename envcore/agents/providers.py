@@ -445,6 +445,14 @@ class _SwarmReplicas(_Replica):
         if running.strip().split(" ")[0] != f"{self.replicas}/{self.replicas}":
             raise TimeoutError(f"Swarm runs {running.strip() or 'no'} replicas of {self.replicas}")
 
+    def log(self) -> str:
+        tasks = _docker("service", "ps", "--filter", "desired-state=running", "--format",
+                        "{{.Name}} {{.CurrentState}} {{.Error}}", self.provider._service_name or "-").stdout.strip()
+        if tasks and all(" Running " in f" {line} " for line in tasks.splitlines()):
+            tasks += ("\nevery replica runs, yet the published port does not answer: Swarm's routing mesh needs the "
+                      "kernel's IPVS (the ip_vs module); without it use provider docker")
+        return tasks
+
     def stop(self) -> None:
         self.provider.stop_container()
 
