@@ -39,12 +39,12 @@ faster start and less memory), with room for their share of the run's sessions, 
 come from this one client (``A01_MAX_SESSIONS_PER_CLIENT``).
 
 What OpenEnv 0.10's providers do not fit is worked around in thin adapters here, each saying why:
-``LocalDockerProvider`` maps its container port to 8000 on every interface and ignores extra
+``LocalDockerProvider`` publishes the container's port 8000 on every interface and drops extra
 ``docker run`` options, so the image (which listens on 7860 and runs hardened) is started by an
 override that keeps the provider's stop and wait; ``UVProvider`` runs ``uvicorn app:app`` with the
 working directory and output of the caller, and this project declares its dependencies in
 ``requirements/``, not ``pyproject.toml``; ``DockerSwarmProvider`` publishes port 8000 of the
-container and waits for one replica only. ``KubernetesProvider`` is a placeholder in OpenEnv 0.10
+container and waits for one replica only (and Swarm's routing mesh needs the kernel's IPVS). ``KubernetesProvider`` is a placeholder in OpenEnv 0.10
 and is not offered. docs/scale-out.md says how to use each kind and what it needs.
 """
 
