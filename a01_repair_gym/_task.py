@@ -54,18 +54,38 @@ def _max_steps(max_steps: int | None) -> int | None:
     return max_steps
 
 
-def _runtime(cache: ScenarioCache, max_steps: int | None, parallel: int, episode_log: str | None) -> Any:
+def _runtime(cache: ScenarioCache, max_steps: int | None, parallel: int, episode_log: str | None, *,
+             private: bool = False) -> Any:
     """The in-process runtime every session of the task shares: the cache, the sandbox sized for
-    ``parallel`` episodes, the step budget and, if asked, the episode log."""
+    ``parallel`` episodes, the step budget and, if asked, the episode log (for the private split,
+    records scrubbed as ``eval --split private`` keeps them: hashes and results, no code, no steps'
+    contents)."""
     from envcore.env.environment import Runtime
     from envcore.env.episode import DEFAULT_MAX_STEPS
     from envcore.env.episode_log import EpisodeLogger
     from envcore.env.sampler import CurriculumSampler
     from envcore.settings import positive_int
 
+    logger = (_PrivateLog if private else EpisodeLogger)(episode_log) if episode_log else None
     return Runtime(sampler=CurriculumSampler(cache), sessions=parallel, source="evaluation",
-                   max_steps=max_steps or positive_int("A01_MAX_STEPS", DEFAULT_MAX_STEPS),
-                   logger=EpisodeLogger(episode_log) if episode_log else None)
+                   max_steps=max_steps or positive_int("A01_MAX_STEPS", DEFAULT_MAX_STEPS), logger=logger)
+
+
+def _private_log_class() -> Any:
+    from envcore.agents.private_eval import private_record
+    from envcore.env.episode_log import EpisodeLogger
+
+    class PrivateLog(EpisodeLogger):
+        """An episode log that keeps only what a private run may keep."""
+
+        def write(self, record: Any) -> None:
+            super().write(private_record(record))
+
+    return PrivateLog
+
+
+def _PrivateLog(path: str) -> Any:  # noqa: N802 - stands for the class, built on first use
+    return _private_log_class()(path)
 
 
 def _reward_hash() -> str:
@@ -152,8 +172,10 @@ def private(count: int = 100, max_steps: int | None = None, seed_file: str | Non
         raise ValueError(f"parallel must be at least 1, not {parallel}")
     secret = Path(seed_file).read_text().strip() if seed_file else None  # None: private_cache reads the variable
     opened = private_cache(secret, count=count, say=lambda text: print(text, file=sys.stderr))
-    runtime = _runtime(opened, max_steps, parallel, episode_log)
+    from envcore.agents.private_eval import set_digest
+
+    runtime = _runtime(opened, max_steps, parallel, episode_log, private=True)
     planned = cache_samples(opened, "private", n=None, max_steps=runtime.max_steps, seed=seed, show_ids=False)
     hashes = sorted(str(sample.metadata["scenario_hash"]) for sample, _ in planned if sample.metadata)
     return _task("private", planned, lambda: LocalSession(runtime), max_steps=runtime.max_steps, parallel=parallel,
-                 facts={"scenario_hashes": hashes})
+                 facts={"scenario_hashes": hashes, "scenario_hashes_sha256": set_digest(hashes)})

@@ -31,6 +31,7 @@ from a01_repair_gym import _task as tasks
 from a01_repair_gym._dataset import cache_samples
 from a01_repair_gym._session import Planned
 from a01_repair_gym._tools import action_for, tool_parameters
+from envcore.agents.private_eval import set_digest
 from envcore.cache import ScenarioCache
 from envcore.env.actions import A01Observation
 from envcore.env.environment import A01Environment, Runtime
@@ -305,10 +306,12 @@ def test_the_task_plays_a_running_server_over_its_websocket(tmp_path, shipped_ca
 def test_the_private_split_shows_no_ids_and_never_its_secret(tmp_path, monkeypatch):
     secret = "inspect-private-split-test-" + "9f3c" * 4
     monkeypatch.setenv("A01_PRIVATE_SEED", secret)
-    log, = inspect_eval(tasks.private(count=2, max_steps=2), model="mockllm/model", log_dir=str(tmp_path),
-                        display="none")
+    episodes = tmp_path / "episodes.jsonl"
+    log, = inspect_eval(tasks.private(count=2, max_steps=2, episode_log=str(episodes)), model="mockllm/model",
+                        log_dir=str(tmp_path), display="none")
     assert log.status == "success" and len(log.samples) == 2
     hashes = log.eval.metadata["scenario_hashes"]
+    assert log.eval.metadata["scenario_hashes_sha256"] == set_digest(hashes)
     assert len(hashes) == 2 and "scenario_id" not in json.dumps(log.eval.metadata)
     for sample in log.samples:
         assert str(sample.id).startswith("private-") and "scenario_id" not in sample.metadata
@@ -321,6 +324,9 @@ def test_the_private_split_shows_no_ids_and_never_its_secret(tmp_path, monkeypat
             text = archive.read(name).decode("utf-8", "replace")
             assert secret not in text, f"the secret is in the log ({name})"
             assert not bare_ids.search(text), f"a scenario id is in the log ({name})"
+    written = episodes.read_text()  # the episode log is scrubbed as eval --split private scrubs its own
+    assert written.count("\n") == 2 and secret not in written and not bare_ids.search(written)
+    assert all(json.loads(line)["diff"] in ("", None) for line in written.splitlines())
 
 
 def test_the_package_exports_what_its_docstring_names():
