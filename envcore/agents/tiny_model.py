@@ -94,9 +94,90 @@ def build_tiny_model(out: str | Path, *, seed: int = 0, vocab_size: int = 640, h
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     (out / "README.md").write_text(readme or
-        "# tiny-random-llm\n\nA two-layer Llama chat model with **random weights** and a byte-level BPE tokenizer "
+        f"# {out.name}\n\nA two-layer Llama chat model with **random weights** and a byte-level BPE tokenizer "
         f"trained on a few strings (seed {seed}), built by `python -m envcore tiny-model --out {out.name}`. "
         "It exercises the language-model path of the A01 repair gym (chat template, generation, reply "
         "parsing, LoRA adapters, training) on a CPU; its replies are noise.\n"
     )
     return out
+
+
+TAUGHT_TOOL_CALLS = ('<tool_call>\n{"name": "list_files", "arguments": {}}\n</tool_call>',
+                     '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>')
+"""What :func:`teach_tool_calls` teaches as a first turn, each as often as the other."""
+
+
+def teach_tool_calls(folder: str | Path, *, tasks: list[str] | None = None, steps: int = 400, seed: int = 0,
+                     learning_rate: float = 2e-3) -> Path:
+    """Teach a tool-calling tiny model (``build_tiny_model(..., tool_calling=True)``), in place, to
+    open an episode with one native tool call in its chat template's format: ``list_files`` or
+    ``submit`` (:data:`TAUGHT_TOOL_CALLS`), each taught on every task as often as the other. It learns
+    the shape of a call and a coin toss between two, not the skill: a group of its rollouts holds
+    both (an untouched app submitted at once, and an episode that looked around and then stopped,
+    which costs the budget), so GRPO has a difference to learn from on a CPU in a few steps, where a
+    random model never calls a tool at all.
+
+    ``tasks`` are the first user turns (default: those of the first 16 train scenarios of the shipped
+    cache with budgets from 4 to 30 steps, as the environment renders them), each with the tools as
+    both native paths render them. Deterministic for a seed."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envcore.agents.prompts import system_prompt
+
+    folder = Path(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    targets = [tokenizer(call + tokenizer.eos_token, add_special_tokens=False)["input_ids"] for call in TAUGHT_TOOL_CALLS]
+    pairs = []
+    for task in (tasks if tasks is not None else first_observations(16)):
+        for tools in _tool_renderings():
+            chat = [{"role": "system", "content": system_prompt(native_tools=True)}, {"role": "user", "content": task}]
+            prompt = tokenizer.apply_chat_template(chat, tools=tools, tokenize=False, add_generation_prompt=True)
+            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            pairs += [(ids, target) for target in targets]
+    torch.manual_seed(seed)
+    order = torch.randperm(max(steps, len(pairs)))[:steps] % len(pairs)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    model.train()
+    for step in range(steps):
+        prompt, target = pairs[int(order[step])]
+        ids = torch.tensor([prompt + target])
+        labels = ids.clone()
+        labels[0, :len(prompt)] = -100
+        model(input_ids=ids, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.save_pretrained(folder)
+    readme = folder / "README.md"
+    readme.write_text(readme.read_text() + f"\nTaught for {steps} steps (seed {seed}) on {len(pairs) // 2} prompts to "
+                      "open an episode with one native tool call in its chat template's format, `list_files` or "
+                      "`submit`, each as often as the other: the shape of a call, not the skill.\n")
+    return folder
+
+
+def _tool_renderings() -> list[list[dict]]:
+    """The tools as the two native paths render them: the registry's schemas (``eval --tool-format
+    native``) and what ``transformers`` reads off the methods of TRL's environment class (terser:
+    no bounds or defaults), so the model answers both prompts."""
+    from transformers.utils import get_json_schema
+
+    from envcore.env.tools import TOOLS, tool_method, tool_schemas
+
+    methods = [tool_method(name, lambda self, tool, arguments: "") for name in TOOLS]
+    return [tool_schemas(), [get_json_schema(method) for method in methods]]
+
+
+def first_observations(count: int, split: str = "train") -> list[str]:
+    """The first user turns of the first ``count`` scenarios of ``split`` in the shipped cache, with
+    step budgets from 4 to 30, as an agent receives them."""
+    from envcore.agents.prompts import observation_message
+    from envcore.env.environment import A01Environment
+
+    env = A01Environment()
+    try:
+        return [observation_message(env.reset(seed=index, scenario=scenario_id, split=split,
+                                              max_steps=4 + (index * 7) % 27))
+                for index, scenario_id in enumerate(env.runtime.cache.ids(split=split)[:count])]
+    finally:
+        env.close()

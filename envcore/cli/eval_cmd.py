@@ -70,7 +70,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                    help="Qwen3's tool-calling chat template and markers instead of plain ChatML (native tool calls)")
     t.add_argument("--teach-tool-calls", type=int, default=0, metavar="STEPS",
                    help="with --tool-calling: then teach it for STEPS steps to answer with native tool calls "
-                        "(list_files, submit); 200 takes about 20 s")
+                        "(list_files, submit); 300 steps take a few minutes on a CPU")
+    t.add_argument("--hidden-size", type=int, default=64, help="the model's width (default 64)")
     t.set_defaults(func=cmd_tiny_model)
 
     c = groups.add_parser("compare", help="compare two evaluation runs, paired on their common scenarios",
@@ -169,7 +170,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
     if args.teach_tool_calls and not args.tool_calling:
         raise SystemExit("--teach-tool-calls needs --tool-calling")
-    folder = build_tiny_model(args.out, seed=args.seed, tool_calling=args.tool_calling)
+    folder = build_tiny_model(args.out, seed=args.seed, tool_calling=args.tool_calling, hidden_size=args.hidden_size)
     if args.teach_tool_calls:
         from envcore.agents.tiny_model import teach_tool_calls
 

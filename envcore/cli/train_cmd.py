@@ -25,7 +25,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                           "against the base model and the configured baselines, stage by stage when the config "
                           "lists evaluation.stages. Shipped configs: configs/train-tiny-learn.yaml (CPU: a model "
                           "built from nothing, SFT then GRPO), configs/train-tiny.yaml (CPU: GRPO alone, a "
-                          "pipeline demonstration), configs/train-scratch-gpu.yaml (GPU: a small model from "
+                          "pipeline demonstration), configs/train-tiny-factory.yaml (CPU: the same through TRL's "
+                          "environment_factory and native tool calls), configs/train-scratch-gpu.yaml (GPU: a small model from "
                           "nothing), configs/train-qwen-coder-sft.yaml and configs/train-qwen-coder.yaml (GPU: a "
                           "real model, with and without SFT).")
     t.add_argument("--config", required=True, help="a training config (YAML)")

@@ -183,6 +183,14 @@ class GrpoSection(_Section):
     gradient_checkpointing: bool = False
     use_vllm: bool = False
     vllm_mode: Literal["server", "colocate"] = "server"
+    path: Literal["rollout_func", "environment_factory"] = "rollout_func"
+    """How the environment sits in TRL's loop. ``rollout_func``: the project plays whole episodes
+    itself (JSON actions read out of the reply text; any chat model). ``environment_factory``: TRL's
+    own tool loop over :class:`~envcore.training.tool_env.A01ToolEnv` (native tool calls; the chat
+    template must support tools). docs/training.md says when to choose which."""
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    """``environment_factory``: TRL's ``max_tool_calling_iterations`` (rounds of tool calls per
+    rollout); default ``episodes.max_steps``."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Any other ``GRPOConfig`` field, passed through as is."""
 

@@ -428,19 +428,32 @@ def _grpo(config: TrainConfig, cache: Any, base: str, run_dir: Path, reward_hash
     model.config.a01_reward_configuration = reward_hash  # in the Trackio run's config, with the trainer's
     agent_id = model_agent_id(config, adapter=True)
     session_factory = _sessions(config, sampler, run_dir, say)
-    rollout = EpisodeRollout(
-        session_factory=session_factory, tokenizer=tokenizer, max_steps=config.episodes.max_steps,
-        max_new_tokens=config.episodes.max_new_tokens, completion_budget=config.episodes.completion_budget,
-        agent_id=f"{agent_id}@train", generator=lambda trainer: generation_backend(trainer, tokenizer),
-        num_generations=config.grpo.num_generations,
-        learn_after_format_error=config.episodes.learn_after_format_error,
-    )
-    rollout.open_sessions(config.grpo.generation_batch)
     lora = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
                       target_modules=config.lora.target_modules, task_type="CAUSAL_LM")
     args = _grpo_args(config, run_dir)
-    trainer = GRPOTrainer(model=model, reward_funcs=[environment_reward], args=args, train_dataset=episode_dataset(keys),
-                          processing_class=tokenizer, peft_config=lora, rollout_func=rollout)
+    if config.grpo.path == "environment_factory":
+        from envcore.training.tool_env import ToolEnvironments, check_tool_template, tool_dataset
+
+        problem = check_tool_template(tokenizer)
+        if problem:
+            raise TrainingError(f"grpo.path environment_factory: {problem}")
+        rollout = ToolEnvironments(session_factory, max_steps=config.episodes.max_steps, agent_id=f"{agent_id}@train")
+        args.max_tool_calling_iterations = config.grpo.max_tool_calls or config.episodes.max_steps
+        trainer = GRPOTrainer(model=model, args=args, train_dataset=tool_dataset(keys), processing_class=tokenizer,
+                              peft_config=lora, environment_factory=rollout)
+        rollout.attach(trainer)
+    else:
+        rollout = EpisodeRollout(
+            session_factory=session_factory, tokenizer=tokenizer, max_steps=config.episodes.max_steps,
+            max_new_tokens=config.episodes.max_new_tokens, completion_budget=config.episodes.completion_budget,
+            agent_id=f"{agent_id}@train", generator=lambda trainer: generation_backend(trainer, tokenizer),
+            num_generations=config.grpo.num_generations,
+            learn_after_format_error=config.episodes.learn_after_format_error,
+        )
+        rollout.open_sessions(config.grpo.generation_batch)
+        trainer = GRPOTrainer(model=model, reward_funcs=[environment_reward], args=args,
+                              train_dataset=episode_dataset(keys), processing_class=tokenizer, peft_config=lora,
+                              rollout_func=rollout)
     timer = StepTimer(rollout)
     trainer.add_callback(timer)
     say(f"training {config.name}: {config.grpo.max_steps} GRPO steps of {config.grpo.generation_batch} episodes "
@@ -459,7 +472,9 @@ def _grpo(config: TrainConfig, cache: Any, base: str, run_dir: Path, reward_hash
     say(f"adapter: {config.adapter_dir}")
     say(f"seconds per GRPO step: {timing.get('seconds_per_step_median', float('nan')):.2f} (median of "
         f"{timing.get('steps', 0)} steps, mean {timing.get('seconds_per_step_mean', float('nan')):.2f}); environment "
-        f"time: {timing.get('env_share', float('nan')):.1%} of step time (generation {timing.get('generation_share', float('nan')):.1%})")
+        f"time: {timing.get('env_share', float('nan')):.1%} of step time" + (
+            f" (generation {timing.get('generation_share', float('nan')):.1%})" if config.grpo.path == "rollout_func"
+            else " (TRL's tool loop: generation is not timed apart)"))
     figures = grpo_figures(run_dir)
     if figures:
         r, z = figures["reward"], figures["zero_spread_share"]

@@ -1,15 +1,14 @@
 """The rollout function GRPO trains on: whole multi-turn episodes against the real environment.
 
-**Why ``rollout_func`` and not ``environment_factory``.** TRL offers both. ``environment_factory``
-turns an environment's methods into native tool calls: the model must speak its chat template's
-tool-calling format, TRL parses the calls, and a reply it cannot parse simply ends the rollout,
-outside the environment. This environment instead reads the action out of the model's own reply
+**This is the ``rollout_func`` door** (``grpo.path: rollout_func``, the default; TRL's
+``environment_factory`` door is :mod:`envcore.training.tool_env`, and docs/training.md says when to
+choose which). The environment reads the action out of the model's own reply
 (``{"tool": "reply", "text": ...}``), so a format error is an invalid step that costs reward, counted
 the same way in training, in evaluation and over ``/ws``, and any chat model can be trained, tool
-template or not. With ``rollout_func`` the rollout is ours: the prompts are exactly those of
-``eval --agent transformers`` (:mod:`envcore.agents.prompts`, rendered from the one tool registry),
-so the adapter is evaluated on the distribution it was trained on, and the step budget, the
-completion budget and the per-step metrics are the environment's.
+template or not. The rollout is ours: the prompts are exactly those of ``eval --agent transformers``
+(:mod:`envcore.agents.prompts`, rendered from the one tool registry), so the adapter is evaluated on
+the distribution it was trained on, and the step budget, the completion budget and the per-step
+metrics are the environment's.
 
 :class:`EpisodeRollout` is that function. For the prompts of one generation round (episode keys,
 already repeated ``num_generations`` times by TRL; see :mod:`envcore.training.episodes`) it:
@@ -252,12 +251,18 @@ class EpisodeRollout:
         values["time/generation_s"] = gen_s
         self.last_metrics = values
         self.last_episodes = episodes
-        metrics = getattr(trainer, "_metrics", None)
-        if metrics is None:
-            return
-        mode = "train" if getattr(trainer.model, "training", True) else "eval"
-        for name, value in values.items():
-            metrics[mode][name].append(value)
+        log_metrics(trainer, values)
+
+
+def log_metrics(trainer: Any, values: dict[str, float]) -> None:
+    """Add a round's metrics to what ``trainer`` (TRL's) logs at its next logging step, beside its own;
+    nothing without a trainer (loops that are not TRL's read ``last_metrics``)."""
+    metrics = getattr(trainer, "_metrics", None)
+    if metrics is None:
+        return
+    mode = "train" if getattr(trainer.model, "training", True) else "eval"
+    for name, value in values.items():
+        metrics[mode][name].append(value)
 
 
 def episode_metrics(episodes: list[Any]) -> dict[str, float]:
