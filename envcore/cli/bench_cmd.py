@@ -148,6 +148,14 @@ def register(groups: argparse._SubParsersAction) -> None:
     pr.add_argument("--split", default="test", help="split to draw scenarios from (default test; 'any' for all)")
     pr.set_defaults(func=cmd_providers)
 
+    gp = cmds.add_parser("grpo-paths", help="seconds per GRPO step through environment_factory against rollout_func",
+                         description="Train the tiny CPU configs (configs/train-tiny.yaml: rollout_func; "
+                         "configs/train-tiny-factory.yaml: TRL's environment_factory) for --steps GRPO steps on the "
+                         "same episodes, in process, tracking off, in a temporary folder; print seconds per step, the "
+                         "environment's share of it, and the ratio to rollout_func.")
+    gp.add_argument("--steps", type=int, default=4, help="GRPO steps per path (default 4)")
+    gp.set_defaults(func=cmd_grpo_paths)
+
 
 def cmd_ui(args: argparse.Namespace) -> int:
     if args.browser:
@@ -386,6 +394,15 @@ def cmd_load(args: argparse.Namespace) -> int:
         raise SystemExit("--episodes, --sessions and --block must be at least 1")
     split = None if args.split == "any" else args.split
     return loadbench.run(args.cache, episodes=args.episodes, sessions=args.sessions, block=args.block, split=split)
+
+
+def cmd_grpo_paths(args: argparse.Namespace) -> int:
+    if args.steps < 1:
+        raise SystemExit("--steps must be at least 1")
+    from envcore.training import path_bench
+
+    print(path_bench.render(path_bench.run(args.steps)))
+    return 0
 
 
 def cmd_providers(args: argparse.Namespace) -> int:
