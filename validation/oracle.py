@@ -44,31 +44,30 @@ def oracle_rewards(split: str, n: int, url: str | None = None, cache: str | None
 
 def play(scenario_id: str, split: str, actions: list[dict], *, url: str | None = None, cache=None,
          seed: int = 0) -> float | None:
-    """Play ``actions`` on the scenario (in process, or over ``/ws`` at ``url``); the final reward."""
+    """Play ``actions`` on the scenario (in process, or over ``/ws`` at ``url``) until the episode
+    ends; its final reward (``None``: no reward, or the actions ran out before the end)."""
     if url:
         from envcore.env.client import A01Env
 
         with A01Env(base_url=url, message_timeout_s=300).sync() as client:
             client.reset(seed=seed, scenario=scenario_id, split=split)
-            result = None
-            for action in actions:
-                result = client.step(action)
-                if result.done:
-                    break
-            return result.reward if result is not None and result.done else None
+            return _final_reward(lambda action: client.step(action).observation, actions)
     from envcore.env.environment import A01Environment, Runtime
 
     env = A01Environment(Runtime.from_environ(**({"sampler": _sampler(cache)} if cache is not None else {})))
     try:
         env.reset(seed=seed, scenario=scenario_id, split=split)
-        observation = None
-        for action in actions:
-            observation = env.step(action)
-            if observation.done:
-                break
-        return observation.reward if observation is not None and observation.done else None
+        return _final_reward(env.step, actions)
     finally:
         env.close()
+
+
+def _final_reward(step, actions: list[dict]) -> float | None:
+    for action in actions:
+        observation = step(action)
+        if observation.done:
+            return observation.reward
+    return None
 
 
 def _sampler(cache):

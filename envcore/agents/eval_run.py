@@ -86,6 +86,18 @@ def served_scenarios(urls: list[str], *, split: str | None, cache: Any) -> list[
     return sorted(first)
 
 
+def prepare_run(agent: str, *, cache: Any, llm: Any, name: str | None, out: str | Path) -> tuple[Any, str, Path, Path]:
+    """The agent's factory and id (an :class:`EvaluationError` if it cannot be built), the output
+    folder (made) and its episode log (unpacked if it was left compressed)."""
+    try:
+        factory, agent_id = agent_factory(agent, cache=cache, llm=llm, agent_id=name)
+    except (ValueError, OSError) as exc:
+        raise EvaluationError(f"cannot build the {agent} agent: {exc}") from None
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    return factory, agent_id, folder, unpack_log(folder)
+
+
 def unpack_log(out: Path) -> Path:
     """``out/episodes.jsonl``, unpacked first from ``episodes.jsonl.gz`` when only that exists (resume)."""
     log, packed = out / "episodes.jsonl", out / "episodes.jsonl.gz"
@@ -129,13 +141,7 @@ def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test
         raise EvaluationError(f"no scenarios in split {split!r} of {cache.root}")
     if max_steps is not None:
         episodes = [EpisodeSpec.of(e.seed, scenario=e.scenario, max_steps=max_steps) for e in episodes]
-    try:
-        factory, agent_id = agent_factory(agent, cache=cache, llm=llm, agent_id=name)
-    except (ValueError, OSError) as exc:
-        raise EvaluationError(f"cannot build the {agent} agent: {exc}") from None
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = unpack_log(out)
+    factory, agent_id, out, log = prepare_run(agent, cache=cache, llm=llm, name=name, out=out)
     runtime = None
     if not urls:
         from envcore.env.environment import Runtime

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from envcore.agents.catalog import LLMOptions, agent_factory
-from envcore.agents.eval_run import EvaluationError, EvaluationRun, unpack_log, write_summary
+from envcore.agents.catalog import LLMOptions
+from envcore.agents.eval_run import EvaluationError, EvaluationRun, prepare_run, write_summary
 from envcore.agents.evaluate import evaluation_episodes
 from envcore.agents.rollouts import EpisodeSpec, RolloutResult, run_rollouts
 from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, StepEntry, read_episodes
@@ -114,13 +114,7 @@ def evaluate_private(out: str | Path, agent: str, *, seed: str | None, n: int | 
     try:
         hashes = {row["scenario_id"]: row["sha256"] for row in cache.rows}
         domains = {row["sha256"]: row.get("domain", "unknown") for row in cache.rows}
-        try:
-            factory, agent_id = agent_factory(agent, cache=cache, llm=llm, agent_id=name)
-        except (ValueError, OSError) as exc:
-            raise EvaluationError(f"cannot build the {agent} agent: {exc}") from None
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        log = unpack_log(out)
+        factory, agent_id, out, log = prepare_run(agent, cache=cache, llm=llm, name=name, out=out)
         earlier = [r for r in read_episodes(log)] if log.exists() else []
         strangers = [r for r in earlier if r.scenario_hash not in domains]
         if strangers:

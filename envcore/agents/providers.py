@@ -67,6 +67,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from envcore.procs import terminate
+
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("local", "docker", "swarm", "uv", "process", "url")
 STARTED = ("docker", "swarm", "uv", "process")
@@ -550,13 +552,7 @@ def _stop_tree(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
     """SIGTERM to the server, which stops its sandbox; once it is gone, whatever ran under it is given a
     few seconds to follow and then killed, so stopping returns with nothing of it left."""
     below = _descendants(process.pid) if sys.platform.startswith("linux") else []
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    terminate(process, timeout_s)
     _outlive(below)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from envcore.cache import ScenarioCache
 from envcore.env.environment import A01Environment, Runtime
 from envcore.env.sampler import CurriculumSampler
+from envcore.procs import terminate
 
 
 @dataclass
@@ -188,13 +189,7 @@ def start_server(cache: str | None, port: int, sessions: int | None = None, log:
 def stop_server(process: subprocess.Popen, *, keep_log: bool = False, timeout_s: float = 10) -> None:
     """Stop a server :func:`start_server` started (killed if it has not stopped ``timeout_s`` after
     SIGTERM) and remove its log file unless ``keep_log`` (when an error message names it)."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    terminate(process, timeout_s)
     log = getattr(process, "log_path", None)
     if log and not keep_log:
         Path(log).unlink(missing_ok=True)
