@@ -76,14 +76,20 @@ def served_scenarios(urls: list[str], *, split: str | None, cache: Any) -> list[
                                   "point every --url at servers of one cache")
     if not first:
         raise EvaluationError(f"{first_url} serves no scenario in split {split or 'any'!r}")
-    local = {row["scenario_id"]: row.get("sha256", "") for row in cache.rows}
-    missing = sorted(sid for sid, digest in first.items() if local.get(sid) != digest)
+    missing = not_held(cache, first)
     if missing:
         raise EvaluationError(
             f"{first_url} serves {len(missing)} of its {len(first)} scenarios in split {split or 'any'!r} that the "
             f"local cache {cache.root} does not hold as served (e.g. {missing[0]}): pass --cache with a copy of the "
             "cache the server serves")
     return sorted(first)
+
+
+def not_held(cache: Any, served: dict[str, str]) -> list[str]:
+    """The ids of ``served`` (scenario id -> content hash, as a server's catalogue lists them) that
+    ``cache`` does not hold with the same content, sorted."""
+    local = {row["scenario_id"]: row.get("sha256", "") for row in cache.rows}
+    return sorted(sid for sid, digest in served.items() if local.get(sid) != digest)
 
 
 def prepare_run(agent: str, *, cache: Any, llm: Any, name: str | None, out: str | Path) -> tuple[Any, str, Path, Path]:

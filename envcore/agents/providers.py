@@ -239,7 +239,7 @@ class Balancer:
 def check_same_cache(url: str, cache: Any) -> int:
     """Every scenario the server at ``url`` lists is in ``cache`` with the same content (episode keys,
     the oracle's fixes and the summaries read the local cache); returns how many it lists."""
-    from envcore.agents.eval_run import EvaluationError, catalogue
+    from envcore.agents.eval_run import EvaluationError, catalogue, not_held
 
     try:
         served = catalogue(url, split=None)
@@ -247,8 +247,7 @@ def check_same_cache(url: str, cache: Any) -> int:
         raise ProviderError(str(exc)) from None
     if not served:
         raise ProviderError(f"{url} serves no scenarios")
-    local = {row["scenario_id"]: row.get("sha256", "") for row in cache.rows}
-    differ = sorted(sid for sid, digest in served.items() if local.get(sid) != digest)
+    differ = not_held(cache, served)
     if differ:
         raise ProviderError(
             f"{url} serves another scenario cache than {cache.root}: {len(differ)} of its {len(served)} scenarios are "
