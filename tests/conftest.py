@@ -120,6 +120,23 @@ def training_run(tmp_path_factory, tiny_model):
             "adapter": root / "adapters" / TRAINING_RUN, "run_dir": root / "training" / TRAINING_RUN}
 
 
+def _only_for_evaluation_tools() -> set[str]:
+    """Top-level modules installed here only for Inspect AI (requirements/inspect.txt), which the GPU
+    machine does not have: some libraries the job uses import them when present (fsspec tries
+    zstandard, for one), so the smoke job runs with them absent, as the job does there."""
+    import importlib.metadata
+
+    from envcore.sandbox.app_runtime import APP_DISTRIBUTIONS, distribution_name, requirement_closure
+    from envcore.training.job_files import GPU_IMAGE, JOB_WHEELS
+
+    train = [line.split("==")[0].strip() for line in (REPO / "requirements" / "train.txt").read_text().splitlines()
+             if "==" in line and not line.startswith("#")]
+    needed = requirement_closure([*JOB_WHEELS, *GPU_IMAGE, *APP_DISTRIBUTIONS, *train])
+    extra = requirement_closure(["inspect_ai"]) - needed
+    owners = importlib.metadata.packages_distributions()
+    return {module for module, names in owners.items() if {distribution_name(n) for n in names} <= extra}
+
+
 @pytest.fixture(scope="session")
 def smoke_job(tmp_path_factory):
     """The from-scratch job's smoke run, through the command a user types (``python -m envcore job run
@@ -133,7 +150,14 @@ def smoke_job(tmp_path_factory):
     out = tmp_path_factory.mktemp("job-out")
     artifacts = tmp_path_factory.mktemp("job-space") / "artifacts"  # named as the Space's own: runs name models by it
     modules = out / "modules.json"
-    code = ("import atexit, json, runpy, sys\n"
+    code = ("import atexit, importlib.machinery, json, runpy, sys\n"
+            f"HIDDEN = {sorted(_only_for_evaluation_tools())!r}\n"
+            "class Absent:\n"  # the path finder, blind to HIDDEN: find_spec is None, as when not installed
+            "    def __init__(self, inner): self.inner = inner\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        return None if name.split('.')[0] in HIDDEN else self.inner.find_spec(name, path, target)\n"
+            "    def __getattr__(self, attr): return getattr(self.inner, attr)\n"
+            "sys.meta_path[:] = [Absent(f) if f is importlib.machinery.PathFinder else f for f in sys.meta_path]\n"
             f"atexit.register(lambda: json.dump(sorted(sys.modules), open({str(modules)!r}, 'w')))\n"
             "sys.argv = ['envcore', *sys.argv[1:]]\n"
             "runpy.run_module('envcore', run_name='__main__')\n")
