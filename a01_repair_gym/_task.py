@@ -60,32 +60,17 @@ def _runtime(cache: ScenarioCache, max_steps: int | None, parallel: int, episode
     ``parallel`` episodes, the step budget and, if asked, the episode log (for the private split,
     records scrubbed as ``eval --split private`` keeps them: hashes and results, no code, no steps'
     contents)."""
+    from envcore.agents.private_eval import PrivateEpisodeLog
     from envcore.env.environment import Runtime
     from envcore.env.episode import DEFAULT_MAX_STEPS
     from envcore.env.episode_log import EpisodeLogger
     from envcore.env.sampler import CurriculumSampler
     from envcore.settings import positive_int
 
-    logger = (_PrivateLog if private else EpisodeLogger)(episode_log) if episode_log else None
+    log_class = PrivateEpisodeLog if private else EpisodeLogger
+    logger = log_class(episode_log) if episode_log else None
     return Runtime(sampler=CurriculumSampler(cache), sessions=parallel, source="evaluation",
                    max_steps=max_steps or positive_int("A01_MAX_STEPS", DEFAULT_MAX_STEPS), logger=logger)
-
-
-def _private_log_class() -> Any:
-    from envcore.agents.private_eval import private_record
-    from envcore.env.episode_log import EpisodeLogger
-
-    class PrivateLog(EpisodeLogger):
-        """An episode log that keeps only what a private run may keep."""
-
-        def write(self, record: Any) -> None:
-            super().write(private_record(record))
-
-    return PrivateLog
-
-
-def _PrivateLog(path: str) -> Any:  # noqa: N802 - stands for the class, built on first use
-    return _private_log_class()(path)
 
 
 def _reward_hash() -> str:

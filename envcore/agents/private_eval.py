@@ -84,13 +84,20 @@ def private_record(record: EpisodeRecord) -> EpisodeRecord:
         "verification": None, "reward_breakdown": breakdown, "hints": []})
 
 
+class PrivateEpisodeLog(EpisodeLogger):
+    """An episode log that keeps of each record only what a private run may keep (:func:`private_record`)."""
+
+    def write(self, record: EpisodeRecord) -> None:
+        super().write(private_record(record))
+
+
 def _copy_scrubbed(inner: Path, out_log: Path) -> int:
     """Append the scrubbed copy of every record in ``inner`` to ``out_log``; how many."""
     if not inner.exists():
         return 0
-    with EpisodeLogger(out_log) as logger:
+    with PrivateEpisodeLog(out_log) as logger:
         for record in read_episodes(inner):
-            logger.write(private_record(record))
+            logger.write(record)
         return logger.written
 
 
