@@ -206,7 +206,8 @@ class A01Environment(MCPEnvironment):
             if split is None:
                 raise ResetError("index needs a split: the position of a task within it (see get_task)")
             try:
-                scenario = self._task_ids(split)[self._task_index(split, index)]
+                ids = self._task_ids(split)
+                scenario = ids[self._task_index(split, ids, index)]
             except IndexError as exc:
                 raise ResetError(str(exc)) from None
         for name, value in (("episode_id", episode_id), ("bug_class", bug_class), ("domain", domain),
@@ -284,7 +285,7 @@ class A01Environment(MCPEnvironment):
         """The public description of the split's task at ``index`` (what ``/scenarios`` shows: never
         its probes or fix). ``IndexError`` outside the split."""
         ids = self._task_ids(self._known_split(split))
-        return self._task(split, self._task_index(split, index), ids)
+        return self._task(split, self._task_index(split, ids, index), ids)
 
     def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[dict[str, Any]]:
         ids = self._task_ids(self._known_split(split))
@@ -301,9 +302,9 @@ class A01Environment(MCPEnvironment):
     def _task_ids(self, split: str) -> list[str]:
         return self.runtime.cache.ids(split=split)
 
-    def _task_index(self, split: str, index: Any) -> int:
+    def _task_index(self, split: str, ids: list[str], index: Any) -> int:
         number = _int_option("index", index)
-        size = len(self._task_ids(split))
+        size = len(ids)
         if not 0 <= number < size:
             raise IndexError(f"index must be between 0 and {size - 1} for the {split} split, not {number}")
         return number

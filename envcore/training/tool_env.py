@@ -92,8 +92,7 @@ class ToolEnvironments:
         self._trainer: Any = None
 
     def __call__(self) -> "A01ToolEnv":
-        env = A01ToolEnv(group=self)
-        return env
+        return A01ToolEnv(group=self)
 
     def attach(self, trainer: Any) -> None:
         """Log each round's metrics into ``trainer``'s (held weakly)."""
@@ -173,8 +172,6 @@ class A01ToolEnv:
         self.steps = 0
         self.steps_left = 0
         self.stopped_early = False
-        self.truncated = False
-        self.format_errors = 0
         self._ending: Future | None = None
         self._final: Any = None
 
@@ -196,7 +193,7 @@ class A01ToolEnv:
             options = {"split": group.split}
         self._ending, self._final, self.rewarded = None, None, None
         self.steps = 0
-        self.stopped_early = self.truncated = False
+        self.stopped_early = False
         started = time.perf_counter()
         first = self._session.reset(seed=seed, agent_id=group.agent_id, max_steps=group.max_steps, **options)
         if self.key is None:
@@ -242,7 +239,6 @@ class A01ToolEnv:
         as running out of steps, in the pool."""
         if self._ending is None and self._final is None and self._session is not None:
             self.stopped_early = True
-            self.truncated = True
             self._ending = self._group.pool.submit(self._session.step, STOPPED_WITHOUT_SUBMIT)
 
     def _final_observation(self) -> Any:
@@ -253,6 +249,16 @@ class A01ToolEnv:
             except Exception:  # noqa: BLE001 - a session that broke: no reward, like an infrastructure error
                 self._final = None
         return self._final
+
+    format_errors = 0
+    """For :func:`~envcore.training.rollout.episode_metrics`: none on this path (a reply TRL cannot read
+    as a call ends the rollout, which is :attr:`stopped_early`)."""
+
+    @property
+    def truncated(self) -> bool:
+        """For :func:`~envcore.training.rollout.episode_metrics`: the episode ended without a submit
+        because the rollout did (the model stopped calling tools)."""
+        return self.stopped_early
 
     @property
     def final(self) -> Any:
