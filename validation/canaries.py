@@ -51,15 +51,18 @@ def trajectories(split: str = "train", n: int = 4, cache: str | None = None) -> 
 
 def replay(path: Path = TRAJECTORIES, url: str | None = None) -> list[dict]:
     """Play every trajectory and the untouched app beside it; one row per trajectory."""
+    from envcore.cache import ScenarioCache
     from validation.oracle import play
 
+    cache = None if url else ScenarioCache.open()  # opened once for every episode played in process
     rows, untouched = [], {}
     for line in path.read_text().splitlines():
         item = json.loads(line)
         key = (item["scenario"], item["seed"])
         if key not in untouched:
-            untouched[key] = play(item["scenario"], item["split"], [{"tool": "submit"}], url=url, seed=item["seed"])
-        reward = play(item["scenario"], item["split"], item["actions"], url=url, seed=item["seed"])
+            untouched[key] = play(item["scenario"], item["split"], [{"tool": "submit"}], url=url, cache=cache,
+                                  seed=item["seed"])
+        reward = play(item["scenario"], item["split"], item["actions"], url=url, cache=cache, seed=item["seed"])
         base = untouched[key]
         rows.append({"scenario": item["scenario"], "canary": item["canary"], "reward": reward, "untouched": base,
                      "holds": reward is not None and base is not None and reward <= base + TOLERANCE})
