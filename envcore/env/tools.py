@@ -62,11 +62,18 @@ def tool_function(name: str, call: Call) -> Callable[..., dict[str, Any]]:
             raise RuntimeError("this session is closed")
         return forward(name, kwargs)
 
-    tool.__name__ = tool.__qualname__ = name
-    tool.__doc__ = describe(name)
-    tool.__signature__ = inspect.Signature(params, return_annotation=dict)  # type: ignore[attr-defined]
-    tool.__annotations__ = {p.name: p.annotation for p in params} | {"return": dict}
-    return tool
+    return _dressed(tool, name, describe(name), params, dict)
+
+
+def _dressed(function: Callable[..., Any], name: str, doc: str, params: list[inspect.Parameter],
+             returns: type) -> Callable[..., Any]:
+    """``function`` named ``name``, with ``doc`` and the signature and annotations of ``params``: what
+    schema readers (FastMCP, ``transformers.utils.get_json_schema``) read a tool from."""
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = doc
+    function.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
+    function.__annotations__ = {p.name: p.annotation for p in params if p.name != "self"} | {"return": returns}
+    return function
 
 
 def build_mcp_server(call: Call, name: str = "a01-repair-gym") -> Any:
@@ -164,11 +171,7 @@ def tool_method(name: str, step: Callable[[Any, str, dict[str, Any]], str]) -> C
     def method(self: Any, **kwargs: Any) -> str:
         return step(self, name, {k: v for k, v in kwargs.items() if v is not None or k not in _defaults(name)})
 
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = google_docstring(name)
-    method.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
-    method.__annotations__ = {p.name: p.annotation for p in params[1:]} | {"return": str}
-    return method
+    return _dressed(method, name, google_docstring(name), params, str)
 
 
 @functools.cache
