@@ -7,7 +7,7 @@ what a worker needs to load a patched version of it without importing it again
 (:class:`~envcore.sandbox.hotswap.LoadedApp`): every app function that ran during the import, every
 function object by qualified name, each module's compiled code. It builds the routes FastAPI would
 otherwise build on the first request, freezes its heap, and from then on serves the zygote's
-protocol (``spawn``, ``kill``, ``status``, ``ping``) on its own socket to the parent.
+protocol (:mod:`envcore.sandbox.forker`: ``spawn``, ``kill``, ``status``, ``ping``) on its own socket to the parent.
 
 A worker forked from a template contains itself exactly as a zygote's worker does; its workspace is
 the template's folder, with the rights a fresh worker has in its own (it may write the app's existing
@@ -52,6 +52,7 @@ from envcore.runner.inprocess import (
 )
 from envcore.sandbox import containment, hotswap
 from envcore.sandbox.app_runtime import import_named_modules, importable_modules
+from envcore.sandbox.forker import Forker
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import PeerClosed, encode, read_frame_fd, send_frame, write_all_fd
 from envcore.sandbox.worker import precompiled, start_and_serve
@@ -135,8 +136,6 @@ def template_main(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
 
 
 def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes) -> None:
-    from envcore.sandbox.zygote import Zygote  # the template serves the zygote's protocol
-
     containment.tie_to_parent(zygote_pid)
     os.setsid()
     containment.isolate_descriptors(keep=fd)
@@ -171,7 +170,9 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
         "modules": len(template.loaded.modules), "functions": len(template.loaded.functions),
         "called_at_import": len(template.loaded.called_at_import),
     })
-    forker = Zygote(sock, child_main=lambda child_fd, me, spawn, _blob: template_worker_main(child_fd, me, spawn, template))
+    read_roots = containment.python_read_roots()
+    forker = Forker(sock, lambda child_fd, me, spawn, _blob: template_worker_main(child_fd, me, spawn, template),
+                    extend_spawn=lambda spawn: spawn.update(read_roots=read_roots))
     forker.serve()
 
 

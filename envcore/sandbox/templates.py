@@ -39,15 +39,41 @@ import threading
 import time
 from collections import OrderedDict, deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.runner.snapshot import FolderSnapshot
+from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import FrameReader, WireError, exchange, send_frame
 
-if TYPE_CHECKING:  # pragma: no cover
-    from envcore.sandbox.pool import Sandbox, Worker
+
+class SpareWorker(Protocol):
+    """A worker forked from a template and kept, contained, until a run takes it."""
+
+    closed: bool
+
+    def close(self) -> None: ...
+
+
+class TemplateHost(Protocol):
+    """What templates need from the sandbox that owns them (:class:`~envcore.sandbox.pool.Sandbox`):
+    this layer sits below it and never imports it."""
+
+    limits: SandboxLimits
+    root: str
+    zygote_restarts: int
+
+    def zygote_call(self, message: dict[str, Any], *, blob: bytes = b"", fds: list[int] | None = None) -> dict: ...
+
+    def load_message(self, source: AppSource) -> tuple[dict[str, Any], bytes]: ...
+
+    def fork_spare(self, template: "TemplateLink | None" = None) -> SpareWorker | None: ...
+
+    def kill_worker(self, pid: int) -> None: ...
+
+    def discard_workspace(self, path: str) -> None: ...
+
 
 TEMPLATE_READY_TIMEOUT_S = 30.0
 FAILED_MEMORY = 256
@@ -84,7 +110,7 @@ class TemplateLink:
         self.alive = True
         self.generation = 0
         """The zygote generation that forked it (see ``Sandbox.zygote_restarts``)."""
-        self.spares: deque["Worker"] = deque()
+        self.spares: deque[SpareWorker] = deque()
         self.snapshot: FolderSnapshot | None = None
         self.prepared_at = time.monotonic()
         self._lock = threading.Lock()
@@ -148,7 +174,7 @@ class TemplateLink:
 class Templates:
     """Template processes, each lent to one run at a time. Thread-safe."""
 
-    def __init__(self, sandbox: "Sandbox", max_templates: int, spares: int) -> None:
+    def __init__(self, sandbox: TemplateHost, max_templates: int, spares: int) -> None:
         self.sandbox = sandbox
         self.max_templates = max_templates
         self.spares = spares
@@ -339,7 +365,7 @@ class Templates:
             self._spare_thread.start()
         self._want_spares.set()
 
-    def take_spare(self, link: TemplateLink) -> "Worker | None":
+    def take_spare(self, link: TemplateLink) -> SpareWorker | None:
         with self._lock:
             while link.spares:
                 worker = link.spares.popleft()
