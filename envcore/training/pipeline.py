@@ -49,6 +49,7 @@ import yaml
 
 from envcore.numbers import signed
 from envcore.training.config import TrainConfig
+from envcore.training.stages import evaluate_stages, stage_agent_id, trained_scenarios
 
 Say = Callable[[str], None]
 
@@ -97,18 +98,6 @@ def model_agent_id(config: TrainConfig, *, adapter: bool) -> str:
     """How the run's model is named in episode logs: ``llm:<model>``, ``+<run name>`` with the adapter
     (the model being the SFT stage's when the run has one)."""
     return stage_agent_id(config, "grpo" if adapter else "base")
-
-
-def stage_agent_id(config: TrainConfig, stage: str) -> str:
-    """The agent id of one stage's model: ``base`` (``llm:<model>``), ``sft`` (``llm:<sft folder>``) or
-    ``grpo`` (the GRPO adapter on the SFT model, or on the base model without SFT)."""
-    base = f"llm:{Path(config.model.name_or_path).name}"
-    sft = f"llm:{config.sft_dir.name}"
-    if stage == "base":
-        return base
-    if stage == "sft":
-        return sft
-    return f"{sft if config.sft is not None else base}+{config.name}"
 
 
 def curriculum_sampler(config: TrainConfig, cache: Any) -> Any:
@@ -335,8 +324,6 @@ def _train(config: TrainConfig, *, say: Say) -> TrainingResult:
     (run_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     if config.evaluation.enabled:
         if config.sft is not None:
-            from envcore.training.stages import evaluate_stages, trained_scenarios
-
             result.evaluation = evaluate_stages(config, cache, trained_scenarios(config, keys), say=say)
         else:
             result.evaluation = evaluate_adapter(config, cache, say=say)

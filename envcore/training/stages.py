@@ -9,7 +9,9 @@ then paired comparisons on the scenarios both played (SFT against base, SFT+GRPO
 SFT+GRPO against base: reward difference with its interval, scenarios fixed only by one side); then
 the same rates by bug class and by tier.
 
-Written to ``<run_dir>/stages.json`` (what the Space's dashboard reads) and ``stages.md``.
+Written to ``<run_dir>/stages.json`` (what the Space's dashboard reads) and ``stages.md``. Each stage's
+model is named in the episode logs by :func:`stage_agent_id`, which the training pipeline
+(:mod:`envcore.training.pipeline`, the layer above this one) uses for its own evaluation too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ STAGES = ("base", "sft", "sft+grpo")
 STAGE_TITLES = {"base": "base", "sft": "SFT", "sft+grpo": "SFT+GRPO"}
 PAIRS = (("base", "sft"), ("sft", "sft+grpo"), ("base", "sft+grpo"))
 TRAINED = "trained"
+
+
+def stage_agent_id(config: TrainConfig, stage: str) -> str:
+    """The agent id of one stage's model: ``base`` (``llm:<model>``), ``sft`` (``llm:<sft folder>``) or
+    ``grpo`` (the GRPO adapter on the SFT model, or on the base model without SFT)."""
+    base = f"llm:{Path(config.model.name_or_path).name}"
+    sft = f"llm:{config.sft_dir.name}"
+    if stage == "base":
+        return base
+    if stage == "sft":
+        return sft
+    return f"{sft if config.sft is not None else base}+{config.name}"
 
 
 def trained_scenarios(config: TrainConfig, keys: list[Any]) -> list[str]:
@@ -65,7 +79,6 @@ def evaluate_stages(config: TrainConfig, cache: Any, trained: list[str], *,
     """Evaluate every stage on every slice and write the table (see the module docstring)."""
     from envcore.agents.eval_run import evaluate_into
     from envcore.env.episode_log import read_episodes
-    from envcore.training.pipeline import stage_agent_id
 
     e, run_dir = config.evaluation, config.run_dir
     slices = e.stages or [EvaluationSlice(split=e.split, n=e.n)]
