@@ -135,7 +135,7 @@ def test_rollouts_through_the_server_write_client_side_records_and_resume(server
 
 
 def test_eval_against_a_server_plays_the_scenarios_its_catalogue_lists(server_url, shipped):
-    from envcore.agents.eval_run import EvaluationError, served_scenarios
+    from envcore.agents.served import EvaluationError, served_scenarios
 
     # the server's cache is the local one: its test split, as the server lists it
     assert served_scenarios([server_url, server_url], split="test", cache=shipped) == sorted(shipped.ids(split="test"))

@@ -14,106 +14,24 @@ run stops before the first episode and says which cache the servers serve).
 The ``private`` split is not read from a cache: its scenarios are generated from the evaluator's
 secret when the run starts, played in process, recorded by content hash alone and deleted when it
 ends (:mod:`envcore.agents.private_eval`).
+
+What both kinds of run do with their folder (the agent, the resumable log, the summary and report) is
+in :mod:`envcore.agents.eval_folder`, and reading the servers' catalogue in :mod:`envcore.agents.served`:
+the modules below this one, which import nothing back from it.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
 import shutil
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from envcore.agents.catalog import LLMOptions, agent_factory
-from envcore.agents.evaluate import evaluation_episodes, render_report, scenario_domains, summarize
-from envcore.agents.rollouts import EpisodeSpec, RolloutResult, run_rollouts
-
-
-class EvaluationError(ValueError):
-    """The evaluation cannot run as asked (no scenarios, an agent that cannot be built, ...)."""
-
-
-@dataclass
-class EvaluationRun:
-    summary: dict[str, Any]
-    result: RolloutResult
-    agent_id: str
-    folder: Path
-    failed: list[str] = field(default_factory=list)
-
-
-def catalogue(url: str, *, split: str | None, timeout: float = 30.0) -> dict[str, str]:
-    """The scenarios a server offers in ``split`` (``None``: all), as id: content hash."""
-    query = urllib.parse.urlencode({"limit": 2000, **({"split": split} if split else {})})
-    out: dict[str, str] = {}
-    offset = 0
-    while True:
-        address = f"{url.rstrip('/')}/scenarios?{query}&offset={offset}"
-        try:
-            with urllib.request.urlopen(address, timeout=timeout) as response:
-                page = json.load(response)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise EvaluationError(f"cannot read the scenario catalogue of {url}: {exc}") from None
-        rows = page.get("scenarios", [])
-        out.update({row["scenario_id"]: row.get("sha256", "") for row in rows})
-        offset += len(rows)
-        if not rows or offset >= int(page.get("total", 0)):
-            return out
-
-
-def served_scenarios(urls: list[str], *, split: str | None, cache: Any) -> list[str]:
-    """The ids of ``split`` the servers at ``urls`` serve, sorted; every server must serve the same
-    ones, and ``cache`` must hold each with the same content (the agent and the summary read it)."""
-    offers = {url: catalogue(url, split=split) for url in dict.fromkeys(urls)}
-    first_url, first = next(iter(offers.items()))
-    for url, offer in offers.items():
-        if offer != first:
-            raise EvaluationError(f"{url} and {first_url} serve different scenarios in split {split or 'any'!r}: "
-                                  "point every --url at servers of one cache")
-    if not first:
-        raise EvaluationError(f"{first_url} serves no scenario in split {split or 'any'!r}")
-    missing = not_held(cache, first)
-    if missing:
-        raise EvaluationError(
-            f"{first_url} serves {len(missing)} of its {len(first)} scenarios in split {split or 'any'!r} that the "
-            f"local cache {cache.root} does not hold as served (e.g. {missing[0]}): pass --cache with a copy of the "
-            "cache the server serves")
-    return sorted(first)
-
-
-def not_held(cache: Any, served: dict[str, str]) -> list[str]:
-    """The ids of ``served`` (scenario id -> content hash, as a server's catalogue lists them) that
-    ``cache`` does not hold with the same content, sorted."""
-    local = {row["scenario_id"]: row.get("sha256", "") for row in cache.rows}
-    return sorted(sid for sid, digest in served.items() if local.get(sid) != digest)
-
-
-def prepare_run(agent: str, *, cache: Any, llm: Any, name: str | None, out: str | Path) -> tuple[Any, str, Path, Path]:
-    """The agent's factory and id (an :class:`EvaluationError` if it cannot be built), the output
-    folder (made) and its episode log (unpacked if it was left compressed)."""
-    try:
-        factory, agent_id = agent_factory(agent, cache=cache, llm=llm, agent_id=name)
-    except (ValueError, OSError) as exc:
-        raise EvaluationError(f"cannot build the {agent} agent: {exc}") from None
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    return factory, agent_id, folder, unpack_log(folder)
-
-
-def unpack_log(out: Path) -> Path:
-    """``out/episodes.jsonl``, unpacked first from ``episodes.jsonl.gz`` when only that exists (resume)."""
-    log, packed = out / "episodes.jsonl", out / "episodes.jsonl.gz"
-    if packed.exists():
-        if log.exists():
-            raise EvaluationError(f"{out} holds both episodes.jsonl and episodes.jsonl.gz; keep one")
-        with gzip.open(packed, "rb") as source, open(log, "wb") as target:
-            shutil.copyfileobj(source, target)
-        packed.unlink()
-    return log
+from envcore.agents.catalog import LLMOptions
+from envcore.agents.eval_folder import EvaluationRun, prepare_run, write_summary
+from envcore.agents.evaluate import evaluation_episodes
+from envcore.agents.rollouts import EpisodeSpec, run_rollouts
+from envcore.agents.served import EvaluationError, served_scenarios
 
 
 def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test", n: int | None = None,
@@ -167,16 +85,3 @@ def evaluate_into(out: str | Path, agent: str, *, cache: Any, split: str = "test
             shutil.copyfileobj(source, target)
         log.unlink()
     return EvaluationRun(summary, result, agent_id, out, result.failed)
-
-
-def write_summary(out: Path, records: list[Any], *, cache: Any, run: dict[str, Any], title: str,
-                  domains: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``summary.json`` (the summary of ``records`` with the ``run`` block, and ``extra`` keys) and
-    ``report.md`` in ``out``, as every evaluation run writes them; returns the summary. ``domains``
-    (scenario id of the records -> domain) replaces the cache manifest's."""
-    summary = summarize(records, domains=scenario_domains(cache) if domains is None else domains)
-    summary.update(extra or {})
-    summary["run"] = run
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "report.md").write_text(render_report(summary, title=title))
-    return summary

@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from envcore.agents.catalog import LLMOptions
-from envcore.agents.eval_run import EvaluationError, EvaluationRun, prepare_run, write_summary
+from envcore.agents.eval_folder import EvaluationRun, prepare_run, write_summary
 from envcore.agents.evaluate import evaluation_episodes
 from envcore.agents.rollouts import EpisodeSpec, RolloutResult, run_rollouts
+from envcore.agents.served import EvaluationError
 from envcore.env.episode_log import EpisodeLogger, EpisodeRecord, StepEntry, read_episodes
 from envcore.factory.private import SPLIT, PrivateSplitError, private_cache
 from envcore.version import GENERATOR_VERSION

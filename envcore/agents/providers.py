@@ -239,7 +239,7 @@ class Balancer:
 def check_same_cache(url: str, cache: Any) -> int:
     """Every scenario the server at ``url`` lists is in ``cache`` with the same content (episode keys,
     the oracle's fixes and the summaries read the local cache); returns how many it lists."""
-    from envcore.agents.eval_run import EvaluationError, catalogue, not_held
+    from envcore.agents.served import EvaluationError, catalogue, not_held
 
     try:
         served = catalogue(url, split=None)

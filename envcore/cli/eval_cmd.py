@@ -122,9 +122,10 @@ def _open_cache(path: str | None):
 
 def _run_eval(args: argparse.Namespace) -> int:
     from envcore.agents.catalog import LLMOptions
-    from envcore.agents.eval_run import EvaluationError, evaluate_into
+    from envcore.agents.eval_run import evaluate_into
     from envcore.agents.evaluate import evaluation_episodes
     from envcore.agents.private_eval import DEFAULT_COUNT, PRIVATE_SPLIT, seed_from_file
+    from envcore.agents.served import EvaluationError
     from envcore.cache import ScenarioCache
 
     try:
@@ -134,7 +135,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     cache = ScenarioCache.open(args.cache)
     split = None if args.split == "any" else args.split
     if args.url:  # the servers' own scenarios (their catalogue), which the local cache must hold
-        from envcore.agents.eval_run import served_scenarios
+        from envcore.agents.served import served_scenarios
 
         try:
             served = served_scenarios(args.url, split=split, cache=cache)

@@ -7,7 +7,7 @@ and seeds, :func:`envcore.agents.evaluate.evaluation_episodes`, so runs pair up 
 evaluation), every slice's at once, through :class:`~envcore.training.rollout.EpisodeRollout` with a greedy
 :class:`~envcore.training.generation.ModelGeneration`, and writes the folder every evaluation writes
 (``episodes.jsonl``, ``summary.json`` with its ``run`` block, ``report.md``;
-:func:`envcore.agents.eval_run.write_summary`).
+:func:`envcore.agents.eval_folder.write_summary`).
 
 One difference from the per-thread agent, the same for every stage evaluated this way: an episode's
 replies and observations share a token budget (``completion_budget``), and an episode that would
@@ -30,7 +30,7 @@ def evaluate_model(model: Any, tokenizer: Any, *, runtime: Any, cache: Any, slic
     """Play every slice's episodes greedily with ``model``, all slices together in batches of ``batch``
     (fewer turns in sequence than slice after slice), and write each slice's run into its folder of
     ``folders`` (replaced); return each slice's summary."""
-    from envcore.agents.eval_run import write_summary
+    from envcore.agents.eval_folder import write_summary
     from envcore.agents.rollouts import local_sessions
     from envcore.env.episode_log import EpisodeLogger, read_episodes
     from envcore.training.episodes import EpisodeKey
