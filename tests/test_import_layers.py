@@ -41,24 +41,6 @@ PACKAGES = ("envcore", "a01_repair_gym", "ui", "app")
 
 Graph = Mapping[str, Iterable[str]]
 
-# Edges of cycles in envcore/sandbox/ that are known and being removed by the sandbox's restructuring.
-# Each entry exempts that one edge from the cycle check, nothing else; delete it once the edge is
-# gone, and never add one outside the sandbox. Empty: the two known ones, templates -> pool (the
-# pool's classes named for the type checker) and preload -> zygote (a template serving the zygote's
-# protocol with the zygote's class), are gone since the restructuring's first commit, which moved the
-# fork-and-reap loop that both run into envcore/sandbox/forker.py and gave templates a protocol for
-# their sandbox instead of the pool's classes.
-BEING_REMOVED: frozenset[tuple[str, str]] = frozenset()
-
-# A cycle in envcore/sandbox/ that is not one of those, found by this test: the package's __init__
-# names envcore.sandbox.runner for its lazy exports (under TYPE_CHECKING), and SandboxRunner()
-# imports default_sandbox, which the __init__ defines, back from the package. The sandbox is being
-# restructured by other hands, so ending it is left to that work (default_sandbox in a module below
-# the runner would) and this one edge is exempt until then.
-UNFIXED_IN_SANDBOX: frozenset[tuple[str, str]] = frozenset({
-    ("envcore.sandbox.runner", "envcore.sandbox"),
-})
-
 GRADING = ("envcore.verifier", "envcore.sandbox", "envcore.runner")
 FACTORY = "envcore.factory"
 
@@ -272,15 +254,9 @@ def test_the_graph_covers_the_project(graph):
     assert len(graph) > 100
 
 
-def test_the_exemptions_stay_in_the_sandbox():
-    for source, target in BEING_REMOVED | UNFIXED_IN_SANDBOX:
-        assert within(source, "envcore.sandbox") and within(target, "envcore.sandbox"), (source, target)
-
-
 def test_no_import_cycles(graph):
-    """No two modules need each other, directly or round a longer loop (the exempt sandbox edges aside)."""
-    allowed = without(graph, BEING_REMOVED | UNFIXED_IN_SANDBOX)
-    cycles = [cycle for knot in knots(allowed) for cycle in cycle_report(allowed, knot)]
+    """No two modules need each other, directly or round a longer loop."""
+    cycles = [cycle for knot in knots(graph) for cycle in cycle_report(graph, knot)]
     assert not cycles, "import cycles (move what both sides need into the lower one, or a module of its own):\n" + \
         "\n".join(f"  {c}" for c in cycles)
 

@@ -307,7 +307,7 @@ class SandboxRunner:
     name = "sandbox"
 
     def __init__(self, sandbox: Sandbox | None = None) -> None:
-        from envcore.sandbox import default_sandbox
+        from envcore.sandbox.default import default_sandbox
 
         self.sandbox = sandbox or default_sandbox()
 
