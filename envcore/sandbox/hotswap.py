@@ -367,7 +367,7 @@ def plan_module(app: LoadedApp, path: str, new_source: str) -> ModulePlan:
     for qualname in qualnames:
         key = (path, qualname)
         if key in app.called_at_import:
-            raise NotSwappable(f"{qualname} in {path} ran while the app was imported")
+            raise NotSwappable(f"{qualname} in {path} ran while the app was imported or started")
         fn, code = app.functions.get(key), functions.get(qualname)
         if fn is None or code is None:
             raise NotSwappable(f"{qualname} in {path} is not exactly one function")

@@ -6,7 +6,8 @@ cache, like the apps the zygote warms up on), with the data files the grader wil
 what a worker needs to load a patched version of it without importing it again
 (:class:`~envcore.sandbox.hotswap.LoadedApp`): every app function that ran during the import, every
 function object by qualified name, each module's compiled code. It builds the routes FastAPI would
-otherwise build on the first request, freezes its heap, and from then on serves the zygote's
+otherwise build on the first request, runs the app's startup when its workers could not tell the
+difference (:func:`start_template`), freezes its heap, and from then on serves the zygote's
 protocol (:mod:`envcore.sandbox.forker`: ``spawn``, ``kill``, ``status``, ``ping``) on its own socket to the parent.
 
 A worker forked from a template contains itself exactly as a zygote's worker does; its workspace is
@@ -18,11 +19,17 @@ the app's startup and serves requests like any worker. When the patch changes mo
 bodies it answers ``unswappable`` and exits, and the parent loads the patch in a fresh worker
 instead; no patched code has run by then.
 
-Workers start from the template's state right after the import, before any startup or request, so
-each begins exactly where a fresh import of the same files would. Anything the import left that a
-fork would *share* rather than copy (an open file, whose offset and locks every worker would hold in
-common, or a shared memory mapping) would break that, so a template whose import left one refuses
-to serve, and the parent loads such an app afresh for every worker.
+Workers start from the template's state right after the import and the app's startup, before any
+request, so each begins exactly where a fresh worker that imported and started the same files
+would. The startup runs in the template (instead of in each worker, where it cost about half of a
+worker's time: tables created, users seeded, pages copied) only when no worker could tell: every app
+function it calls counts as run at import (a patch changing one loads afresh), and afterwards the
+process holds no thread, no pending task, timer or callback of its event loop, and no asyncio
+object bound to that loop (:func:`start_template`); a startup that leaves any of them refuses the
+template, and the parent builds it again with the startup left to each worker. Anything the import
+or the startup left that a fork would *share* rather than copy (an open file, whose offset and
+locks every worker would hold in common, or a shared memory mapping) would break that too, so a
+template that holds one refuses to serve, and the parent loads such an app afresh for every worker.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import os
 import socket
 import stat
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -41,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from envcore.runner.databases import DatabaseBuildError, build_databases
+from envcore.runner.http import Lifespan
 from envcore.runner.inprocess import (
     AppLoadError,
     _AppFinder,
@@ -66,6 +75,10 @@ class Template:
     loaded: hotswap.LoadedApp
     finder: _AppFinder | None
     entrypoint: str
+    started: bool = False
+    """Whether the app's startup has run here (its workers then go straight to their requests)."""
+    lifespan: Any = None
+    """The started app's lifespan (its task waits for a shutdown that never comes, as in a worker)."""
     held: tuple[tuple[int, int, int], ...] = ()
     """Files of its own folder the import left open (a SQLite database the app connected to at
     import): (descriptor, offset, status flags) as they were after the import. Its workers share
@@ -123,6 +136,54 @@ def load_template(root: str, files: dict[str, str], entrypoint: str, cache) -> T
     return Template(app, loaded, finder, entrypoint)
 
 
+class StartedUnlikeAWorker(Exception):
+    """The app's startup left something a worker that started the app itself would not have."""
+
+
+def start_template(template: Template, root: str) -> str | None:
+    """Run the app's startup here, recording every app function it calls as run at import; return
+    ``None``, or why it was not run. :class:`AppLoadError` if the startup failed (the original app
+    does not start: nothing is graded on it), :class:`StartedUnlikeAWorker` if it left a thread, a
+    pending task, timer or callback, or an asyncio object bound to its event loop: state a worker
+    starting the app on its own loop would have and a fork of this process would not."""
+    loop = asyncio.new_event_loop()
+    lifespan = Lifespan(template.app)
+    stop = hotswap.record_import_calls(root, template.loaded.called_at_import)
+    try:
+        failure = loop.run_until_complete(lifespan.startup())
+    finally:
+        stop()
+    if failure is not None:
+        loop.close()
+        raise AppLoadError(f"startup failed: {failure}")
+    problem = _unlike_a_worker(loop, lifespan)
+    loop.close()  # its selector and wake-up socket: descriptors every worker would share
+    if problem is not None:
+        raise StartedUnlikeAWorker(f"the app's startup {problem}")
+    template.started, template.lifespan = True, lifespan
+    return None
+
+
+_LOOP_BOUND = (asyncio.Future, asyncio.Lock, asyncio.Event, asyncio.Condition, asyncio.Semaphore, asyncio.Queue)
+
+
+def _unlike_a_worker(loop: asyncio.AbstractEventLoop, lifespan: Lifespan) -> str | None:
+    """What the startup left that a fork could not carry on, or ``None``."""
+    if threading.active_count() > 1 or len(os.listdir("/proc/self/task")) > 1:
+        return "started a thread"
+    own = {lifespan.task, getattr(lifespan.task, "_fut_waiter", None), lifespan.inbox, lifespan.outbox}
+    if any(task not in own for task in asyncio.all_tasks(loop)):
+        return "left a task running"
+    if getattr(loop, "_scheduled", None) or getattr(loop, "_ready", None):
+        return "left a timer or a callback waiting"
+    for obj in gc.get_objects():
+        if isinstance(obj, _LOOP_BOUND) and obj not in own and getattr(obj, "_loop", None) is loop:
+            if isinstance(obj, asyncio.Future) and obj.done():
+                continue  # a finished future answers without its loop
+            return f"left {type(obj).__name__} bound to its event loop"
+    return None
+
+
 def template_main(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes) -> None:
     """Run in a child of the zygote; never returns."""
     code = 0
@@ -156,6 +217,17 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
         send_frame(sock, {"type": "template", "ok": False, "refused": True,
                           "error": f"the original app could not be indexed ({type(exc).__name__}: {exc})"[:2000]})
         return
+    not_started = "turned off"
+    if message.get("start", True):
+        try:  # the app's startup, once here for every worker, when its workers could not tell
+            not_started = start_template(template, root)
+        except AppLoadError as exc:
+            send_frame(sock, {"type": "template", "ok": False, "error": str(exc)[:2000]})
+            return
+        except StartedUnlikeAWorker as exc:
+            send_frame(sock, {"type": "template", "ok": False, "refused": True, "unstartable": True,
+                              "error": str(exc)[:2000]})
+            return
     held = _held_files(root, keep=fd)
     shared = held if isinstance(held, str) else _shared_state(keep=fd, held={h[0] for h in held})
     if shared:
@@ -169,6 +241,7 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
         "type": "template", "ok": True, "load_ms": round((time.perf_counter() - started) * 1000, 3),
         "modules": len(template.loaded.modules), "functions": len(template.loaded.functions),
         "called_at_import": len(template.loaded.called_at_import),
+        "started": not_started is None, "not_started": not_started,
     })
     read_roots = containment.python_read_roots()
     forker = Forker(sock, lambda child_fd, me, spawn, _blob: template_worker_main(child_fd, me, spawn, template),
@@ -293,5 +366,6 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     clock.append(time.perf_counter())
     importable = importable_modules()
     start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(plans)},
+                    started=template.started,
                     loaded=lambda: containment.freeze(freezer, policy,
                                                       before=lambda: import_named_modules(files, importable)))

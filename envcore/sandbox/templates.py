@@ -17,6 +17,10 @@ the template) the parent puts the folder back exactly as it was after the templa
 one wrote or deleted. A template whose import left a file open or a shared mapping (which workers
 would share, offsets and all) is refused and the run loads afresh.
 
+A template also runs its app's startup once for all its workers, where no worker could tell (see
+:mod:`envcore.sandbox.preload`); a base whose startup leaves a thread, a pending task or an object
+bound to its event loop is remembered and its templates leave the startup to each worker.
+
 A template is used only when the patch keeps the base's entrypoint, its set of Python files and
 every other file byte for byte (:func:`fits`); the worker itself decides whether the code change
 qualifies and otherwise says ``unswappable``, and the run falls back to fresh workers. At most
@@ -79,6 +83,11 @@ TEMPLATE_READY_TIMEOUT_S = 30.0
 FAILED_MEMORY = 256
 PREPARED_TTL_S = 300.0
 """A prepared template nobody acquired within this time is retired."""
+
+
+class StartupRefused(Exception):
+    """A template's app started, but left what a worker starting it would not have (a thread, a
+    pending task...): its startup must run in each worker."""
 
 
 class TemplateLost(RunnerInfrastructureError):
@@ -179,7 +188,10 @@ class Templates:
         self.max_templates = max_templates
         self.spares = spares
         """Workers kept forked and contained, waiting for the patch, per template in use."""
-        self.stats = {"built": 0, "failed": 0, "prepared_used": 0, "refused": 0, "build_ms": 0.0}
+        self.stats = {"built": 0, "failed": 0, "prepared_used": 0, "refused": 0, "started": 0, "build_ms": 0.0}
+        """Templates built, failed to import, prepared ahead and then used, refused (their import
+        left something workers would share), built with the app started for their workers, and the
+        milliseconds spent building them."""
         self._live: set[TemplateLink] = set()
         self._prepared: OrderedDict[str, TemplateLink] = OrderedDict()
         self._preparing: set[str] = set()
@@ -189,6 +201,12 @@ class Templates:
         self._want_spares = threading.Event()
         self._spare_thread: threading.Thread | None = None
         self._closed = False
+        self.start_apps = True
+        """Whether a template runs its app's startup for its workers when they could not tell (see
+        :mod:`envcore.sandbox.preload`); off only to measure what that saves."""
+        self._start_refused: OrderedDict[str, str] = OrderedDict()
+        """Bases whose startup left what a worker's would not (and what): their templates leave it to
+        each worker."""
 
     @property
     def enabled(self) -> bool:
@@ -298,7 +316,14 @@ class Templates:
     # -- building ---------------------------------------------------------------------------
     def _build_or_none(self, key: str, base: AppSource) -> TemplateLink | None:
         try:
-            return self._build(key, base)
+            try:
+                return self._build(key, base, start=self.start_apps and key not in self._start_refused)
+            except StartupRefused as refused:  # its startup must run in each worker: build it again that way
+                with self._lock:
+                    self._start_refused[key] = str(refused)
+                    while len(self._start_refused) > FAILED_MEMORY:
+                        self._start_refused.popitem(last=False)
+                return self._build(key, base, start=False)
         except AppLoadError as exc:
             with self._lock:
                 self._failed[key] = str(exc)
@@ -307,7 +332,7 @@ class Templates:
                 self.stats["failed"] += 1
             return None
 
-    def _build(self, key: str, base: AppSource) -> TemplateLink:
+    def _build(self, key: str, base: AppSource, *, start: bool) -> TemplateLink:
         sandbox = self.sandbox
         started = time.perf_counter()
         try:
@@ -317,7 +342,7 @@ class Templates:
         except OSError as exc:
             raise RunnerInfrastructureError(f"cannot prepare a template: {exc}") from exc
         message, blob = sandbox.load_message(base)
-        message.update({"type": "template", "workspace": workspace})
+        message.update({"type": "template", "workspace": workspace, "start": start})
         try:
             reply = sandbox.zygote_call(message, blob=blob, fds=[child.fileno()])
             if reply.get("type") != "spawned":
@@ -338,6 +363,8 @@ class Templates:
             parent.close()
             sandbox.kill_worker(int(reply["pid"]))
             sandbox.discard_workspace(workspace)
+            if ready.get("unstartable"):
+                raise StartupRefused(str(ready.get("error")))
             if ready.get("refused"):  # it imported, but holds something its workers would share
                 self.stats["refused"] += 1
             raise AppLoadError(str(ready.get("error")))
@@ -353,6 +380,7 @@ class Templates:
         with self._lock:
             self._live.add(link)
         self.stats["built"] += 1
+        self.stats["started"] += bool(ready.get("started"))
         self.stats["build_ms"] += (time.perf_counter() - started) * 1000
         return link
 

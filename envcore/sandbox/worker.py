@@ -171,12 +171,12 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
 
 def start_and_serve(fd: int, app: Any, loop: asyncio.AbstractEventLoop, layers: dict[str, Any], clock: list[float],
                     phases: tuple[str, ...], extra: dict[str, Any] | None = None, *,
-                    loaded: Callable[[], str | None] | None = None) -> None:
-    """Run the app's startup, then ``loaded`` (which closes the folder to new files: ``None``, or
-    why it failed), report ``ready`` (with how long each phase in ``clock`` took) or ``load_error``,
+                    loaded: Callable[[], str | None] | None = None, started: bool = False) -> None:
+    """Run the app's startup (unless it ``started`` in the template this worker was forked from), then
+    ``loaded`` (which closes the folder to new files: ``None``, or why it failed), report ``ready`` (with how long each phase in ``clock`` took) or ``load_error``,
     and serve requests."""
     try:
-        failure = loop.run_until_complete(Lifespan(app).startup())
+        failure = None if started else loop.run_until_complete(Lifespan(app).startup())
         if failure is not None:
             raise AppLoadError(f"startup failed: {failure}")
         problem = loaded() if loaded is not None else None
