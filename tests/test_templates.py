@@ -16,7 +16,7 @@ from envcore.patching import apply_patch, parse_patch, make_diff
 from envcore.runner.base import AppSource
 from envcore.runner.http import HttpRequest
 from envcore.sandbox import Sandbox, SandboxLimits
-from envcore.sandbox.templates import fits
+from envcore.sandbox.templates import fits, owned_by
 from envcore.verifier import verify
 
 from tests.test_verifier import one_per_class
@@ -333,6 +333,66 @@ def test_a_base_drawn_for_one_grading_prepares_no_next_template():
         time.sleep(0.3)
         assert sandbox.templates.stats["built"] == 1 and not sandbox.templates._preparing
         sandbox.templates.release(link)
+
+
+def test_an_episodes_test_runs_share_one_template_kept_for_that_episode_alone():
+    """An episode's test runs all patch the same base: one template serves them all (its process
+    runs no app code after its import, its folder is put back after every worker), and it is never
+    lent to another episode's runs, nor to a run of no episode."""
+    with Sandbox(spares=0, templates=4, template_spares=0) as sandbox:
+        with owned_by("episode-a"):
+            sandbox.prepare(BASE)  # as a reset does
+        _wait_until_prepared(sandbox)
+        with owned_by("episode-a"):
+            first = sandbox.templates.acquire(BASE)
+            sandbox.templates.release(first)
+            again = sandbox.templates.acquire(BASE)
+        assert again is first and first.alive and sandbox.templates.stats["built"] == 1
+        sandbox.templates.release(again)
+        with owned_by("episode-b"):
+            other = sandbox.templates.acquire(BASE)
+        anyone = sandbox.templates.acquire(BASE)
+        assert other is not first and anyone is not first and anyone is not other
+        for link in (other, anyone):
+            sandbox.templates.release(link)
+        assert other.alive and not anyone.alive  # kept for episode b; a run of no episode's served that run only
+        sandbox.templates.drop("episode-a")
+        assert not first.alive and other.alive
+        sandbox.templates.drop("episode-b")
+        assert not other.alive
+
+
+def test_attack_a_test_run_leaves_nothing_for_the_same_episodes_next_test_run(box):
+    """The kept template's next run starts where its first did: whatever a worker wrote is put back."""
+    files = patched(tapp_main=('return {"item": get_item(i)}',
+                               'DATA.write_text(\'{"1": "owned"}\')\n    return {"item": get_item(i)}'))
+    source = AppSource(files, ENTRY)
+    with owned_by("episode-c"):
+        for _ in range(2):
+            link = box.templates.acquire(BASE)
+            with box.spawn(source, link) as worker:
+                worker.wait_ready(5.0)
+                assert get(worker, "/item/1").json() == {"item": "one"}  # read at import: as shipped
+            with box.spawn(AppSource(BASE_FILES, ENTRY), link) as worker:
+                worker.wait_ready(5.0)
+                assert json.loads(get(worker, "/item/1").body) == {"item": "one"}
+            box.templates.release(link)
+    box.templates.drop("episode-c")
+
+
+def test_an_episode_builds_one_template_for_all_its_test_runs():
+    from envcore.cache import ScenarioCache
+    from envcore.env.episode import Episode
+
+    cache = ScenarioCache.open(None)
+    bundle = cache.load(cache.ids(split="train")[0])
+    with Sandbox(spares=0, templates=4, template_spares=0) as sandbox:
+        episode = Episode(bundle, sandbox, max_steps=10)
+        reports = [episode.step({"tool": "run_tests"}) for _ in range(3)]
+        assert len({json.dumps(r.result, sort_keys=True) for r in reports}) == 1
+        assert sandbox.templates.stats["built"] == 1
+        episode.close_live()
+        assert not sandbox.templates._prepared  # dropped with its episode
 
 
 def test_base_that_does_not_load_falls_back_to_fresh_workers():

@@ -73,6 +73,7 @@ from envcore.runner.http import HttpRequest
 from envcore.runner.inprocess import AppLoadError, safe_relpath
 from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
+from envcore.sandbox.templates import owned_by
 from envcore.scenario.bundle import Bundle, BundleUser
 from envcore.scenario.credentials import Credentials
 from envcore.scenario.splits import Disclosure
@@ -125,7 +126,8 @@ class Episode:
         # The trusted app the agent's patches are made from, with the data the agent sees: a test run
         # forks its workers from a template of it, the first one built in the background now.
         self.base = graded_source(self.bundle, self.bundle.files, self.bundle)
-        self.sandbox.prepare(self.base)
+        with owned_by(self.episode_id):  # kept for this episode's test runs, lent to no other episode
+            self.sandbox.prepare(self.base)
         self._grading: GradingData | None = None
         self._live: LiveApp | None = None
         self._diff: str | None = None
@@ -401,7 +403,8 @@ class Episode:
         try:
             if probe_set == "all":
                 return self.verifier(self.bundle, self.files, sandbox=self.sandbox, shadow=self.grading)
-            return self.verifier(self.bundle, self.files, sandbox=self.sandbox, probe_set=probe_set)
+            with owned_by(self.episode_id):  # the template of the visible base serves every test run
+                return self.verifier(self.bundle, self.files, sandbox=self.sandbox, probe_set=probe_set)
         except RunnerInfrastructureError as exc:
             return VerificationReport(scenario_id=self.bundle.scenario_id, outcome="infrastructure_error",
                                       resolution=None, reward=None, probe_set=probe_set,
@@ -483,9 +486,11 @@ class Episode:
         )
 
     def close_live(self) -> None:
+        """Let go of the episode's processes: its live app, and the template kept for its test runs."""
         if self._live is not None:
             self._live.close()  # the sandbox holds live apps weakly: nothing to unregister
             self._live = None
+        self.sandbox.templates.drop(self.episode_id)
 
 
 def _user_entry(user: BundleUser) -> dict[str, Any]:

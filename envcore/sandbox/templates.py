@@ -42,6 +42,9 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -110,6 +113,26 @@ def fits(source: AppSource, base: AppSource) -> bool:
     return all(source.files[p] == text for p, text in base.files.items() if not p.endswith(".py"))
 
 
+_OWNER: ContextVar[str | None] = ContextVar("a01_template_owner", default=None)
+
+
+@contextmanager
+def owned_by(owner: str) -> Iterator[None]:
+    """Templates prepared or acquired (with ``again``) in this context belong to ``owner`` (an
+    episode's test runs): kept between its runs, never lent to another owner, retired by
+    :meth:`Templates.drop`. A base drawn for one grading is never kept."""
+    token = _OWNER.set(owner)
+    try:
+        yield
+    finally:
+        _OWNER.reset(token)
+
+
+def _slot(key: str, owner: str | None) -> str:
+    """Where a template of base ``key`` waits between runs: its owner's alone, if it has one."""
+    return key if owner is None else f"{key}/{owner}"
+
+
 class TemplateLink:
     """The parent's connection to one template process. Thread-safe."""
 
@@ -117,6 +140,8 @@ class TemplateLink:
                  info: dict[str, Any]) -> None:
         self.key, self.pid, self.sock, self.reader, self.workspace, self.info = key, pid, sock, reader, workspace, info
         self.alive = True
+        self.owner: str | None = None
+        """The owner it is kept for between runs (see :func:`owned_by`), or ``None``: one run only."""
         self.generation = 0
         """The zygote generation that forked it (see ``Sandbox.zygote_restarts``)."""
         self.spares: deque[SpareWorker] = deque()
@@ -198,12 +223,16 @@ class Templates:
         self._in_use: list[TemplateLink] = []
         self._failed: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        """Notified whenever a template being prepared is ready (or failed)."""
         self._want_spares = threading.Event()
         self._spare_thread: threading.Thread | None = None
         self._closed = False
         self.start_apps = True
         """Whether a template runs its app's startup for its workers when they could not tell (see
         :mod:`envcore.sandbox.preload`); off only to measure what that saves."""
+        self._dropped: OrderedDict[str, None] = OrderedDict()
+        """Owners whose templates were dropped (a template still being prepared for one is retired)."""
         self._start_refused: OrderedDict[str, str] = OrderedDict()
         """Bases whose startup left what a worker's would not (and what): their templates leave it to
         each worker."""
@@ -217,15 +246,22 @@ class Templates:
         """A template of ``base`` for the caller alone (a prepared one, else built now), or ``None``
         when templates are off, too many are alive, or ``base`` does not import. Taking a prepared
         one prepares the next for the same base, unless ``again`` is false (a base drawn for one
-        grading is never wanted twice)."""
+        grading is never wanted twice). Inside :func:`owned_by` (and with ``again``) the template is
+        the owner's: kept for its next run instead (:meth:`release`), never lent to anyone else."""
         if not self.enabled or self._closed:
             return None
         key = base_key(base)
+        owner = _OWNER.get() if again else None
+        slot = _slot(key, owner)
         self._expire_prepared()
         with self._lock:
+            # one being prepared for this slot (at an episode's reset, say) is waited for, not built twice
+            deadline = time.monotonic() + TEMPLATE_READY_TIMEOUT_S
+            while slot in self._preparing and not self._closed and time.monotonic() < deadline:
+                self._ready.wait(deadline - time.monotonic())
             if key in self._failed:
                 return None
-            link = self._prepared.pop(key, None)
+            link = self._prepared.pop(slot, None)
             if link is None and len(self._live) >= self.max_templates:
                 self._retire_oldest_prepared()
                 if len(self._live) >= self.max_templates:
@@ -235,37 +271,66 @@ class Templates:
         if link is not None and not self._usable(link):
             self._retire(link)
             link = None
-        elif link is not None and again:
+        elif link is not None and again and owner is None:
             self.prepare(base)  # wanted again (an episode's next test run): the next one builds meanwhile
         if link is None:
             link = self._build_or_none(key, base)
             if link is None:
                 return None
+        link.owner = owner
         with self._lock:
             self._in_use.append(link)
         self.want_spares()
         return link
 
     def release(self, link: TemplateLink) -> None:
-        """The run is over: the template is retired (a template serves one run)."""
+        """The run is over: the template is retired (a template serves one run), or kept for its
+        owner's next run. Its process has run no app code since its import (its workers are forks,
+        its folder is put back after each), so the next run starts from the same template."""
         with self._lock:
             if link in self._in_use:
                 self._in_use.remove(link)
-        self._retire(link)
+            keep = link.owner is not None and link.alive and not self._closed
+            if keep:
+                slot = _slot(link.key, link.owner)
+                displaced = self._prepared.pop(slot, None)
+                link.prepared_at = time.monotonic()
+                self._prepared[slot] = link
+        if not keep:
+            self._retire(link)
+        elif displaced is not None:
+            self._retire(displaced)
+
+    def drop(self, owner: str) -> None:
+        """Retire the templates kept for ``owner`` (its episode has ended), and any still being
+        prepared for it once ready."""
+        with self._lock:
+            self._dropped[owner] = None
+            while len(self._dropped) > FAILED_MEMORY:
+                self._dropped.popitem(last=False)
+            slots = [slot for slot, link in self._prepared.items() if link.owner == owner]
+            links = [self._prepared.pop(slot) for slot in slots]
+        for link in links:
+            self._retire(link)
 
     def prepare(self, base: AppSource) -> None:
-        """Build a template of ``base`` in the background for the next :meth:`acquire` of it."""
+        """Build a template of ``base`` in the background for the next :meth:`acquire` of it (inside
+        :func:`owned_by`: the owner's next one)."""
         if not self.enabled or self._closed:
             return
         key = base_key(base)
+        owner = _OWNER.get()
+        slot = _slot(key, owner)
         self._expire_prepared()
         with self._lock:
-            if key in self._failed or key in self._prepared or key in self._preparing:
+            if key in self._failed or slot in self._prepared or slot in self._preparing:
                 return
-            self._preparing.add(key)
-        threading.Thread(target=self._prepare, args=(key, base), name="sandbox-template", daemon=True).start()
+            self._preparing.add(slot)
+        threading.Thread(target=self._prepare, args=(key, base, owner), name="sandbox-template", daemon=True).start()
 
-    def _prepare(self, key: str, base: AppSource) -> None:
+    def _prepare(self, key: str, base: AppSource, owner: str | None = None) -> None:
+        slot = _slot(key, owner)
+        link = None
         try:
             with self._lock:
                 full = len(self._live) >= self.max_templates
@@ -276,18 +341,19 @@ class Templates:
         except RunnerInfrastructureError:
             link = None  # the run that wants it builds it (or reports the problem)
         finally:
-            with self._lock:
-                self._preparing.discard(key)
-        if link is None:
-            return
-        with self._lock:
-            if self._closed:
-                retire = link
-            else:
-                retire = self._prepared.pop(key, None)
-                self._prepared[key] = link
-        if retire is not None:
-            self._retire(retire)
+            retire = None
+            with self._lock:  # one step: a run waiting for it finds it ready, or knows to build its own
+                self._preparing.discard(slot)
+                if link is not None:
+                    if self._closed or owner in self._dropped:
+                        retire = link
+                    else:
+                        link.owner = owner
+                        retire = self._prepared.pop(slot, None)
+                        self._prepared[slot] = link
+                self._ready.notify_all()
+            if retire is not None:
+                self._retire(retire)
 
     def _usable(self, link: TemplateLink) -> bool:
         fresh = time.monotonic() - link.prepared_at < PREPARED_TTL_S
@@ -426,6 +492,7 @@ class Templates:
             links = list(self._live)
             self._prepared.clear()
             self._in_use.clear()
+            self._ready.notify_all()
         self._want_spares.set()
         for link in links:
             self._retire(link)
