@@ -75,6 +75,10 @@ def register(groups: argparse._SubParsersAction) -> None:
     e.add_argument("--ws-episodes", type=int, default=200, help="oracle episodes over /ws (default 200; 0 skips)")
     e.add_argument("--clients", type=int, default=32, help="concurrent /ws clients (default 32)")
     e.add_argument("--split", default="train", help="split to draw scenarios from (default train; 'any' for all)")
+    e.add_argument("--scaling-episodes", type=int, default=20,
+                   help="oracle episodes on 1 core and again on 2, for the scaling figures (default 20; 0 skips)")
+    e.add_argument("--project-to", type=int, default=16,
+                   help="cores to project the scaling to (default 16: the GPU machine's)")
     e.set_defaults(func=cmd_env)
 
     lo = cmds.add_parser("load", help="many concurrent /ws sessions over thousands of episodes: errors, memory",
@@ -383,8 +387,11 @@ def cmd_env(args: argparse.Namespace) -> int:
     from envcore.env import bench
 
     split = None if args.split == "any" else args.split
+    if args.scaling_episodes < 0 or args.project_to < 1:
+        raise SystemExit("--scaling-episodes must be at least 0 and --project-to at least 1")
     return bench.run(args.cache, resets=args.resets, episodes=args.episodes, ws_episodes=args.ws_episodes,
-                     clients=args.clients, split=split)
+                     clients=args.clients, split=split, scaling_episodes=args.scaling_episodes,
+                     project_to=args.project_to)
 
 
 def cmd_load(args: argparse.Namespace) -> int:

@@ -132,7 +132,7 @@ class MachineCpu:
 
     def per_episode_line(self, episodes: int) -> str:
         per = self.seconds / max(episodes, 1)
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         ceiling = f"{cores / per:.1f}" if per > 0 else "n/a"
         return f"CPU per episode {per * 1000:.0f} ms, all processes (ceiling on {cores} cores: {ceiling} episodes/s)"
 
@@ -221,7 +221,31 @@ async def _ws_oracle(url: str, seeds: list[int], clients: int, split: str | None
     return len(seeds) / (time.perf_counter() - started), len(errors), rewards, errors
 
 
-def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, clients: int, split: str | None) -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (a container's or a pinning's, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def measure_scaling(runtime: Runtime, episodes: int, split: str | None, project_to: int) -> list[str]:
+    """:mod:`envcore.env.scaling`: the same oracle episodes on one core and on two, and a projection."""
+    from envcore.env import scaling
+    from envcore.sandbox.pool import Sandbox
+
+    def play(sandbox: Sandbox, seeds: list[int], threads: int) -> list[float | None]:
+        _, rewards, _ = measure_oracle(Runtime(sampler=runtime.sampler, sandbox=sandbox), seeds, split, threads)
+        return rewards
+
+    seeds = list(range(7000, 7000 + episodes + 2))
+    points = [scaling.measure(play, lambda lanes: Sandbox(probe_lanes=lanes).start(), seeds, cores)
+              for cores in (1, 2)]
+    return scaling.projection(points[0], points[1], project_to)
+
+
+def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, clients: int, split: str | None,
+        scaling_episodes: int = 0, project_to: int = 16) -> int:
     cache = ScenarioCache.open(cache_root)
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; cache {cache.root} ({len(cache)} scenarios)")
     runtime = Runtime(sampler=CurriculumSampler(cache))
@@ -231,7 +255,7 @@ def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, client
     # Each run plays scenarios no run before it has seen, and resets are timed last: a scenario's
     # second episode starts building its template in the background (see Sandbox.prepare), which
     # would otherwise run during the next measurement.
-    for run_index, threads in enumerate(sorted({1, os.cpu_count() or 1})):
+    for run_index, threads in enumerate(sorted({1, usable_cores()})):
         seeds = list(range(1000 + run_index * episodes, 1000 + (run_index + 1) * episodes))
         with MachineCpu() as cpu:
             rate, rewards, requests = measure_oracle(runtime, seeds, split, threads)
@@ -256,6 +280,12 @@ def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, client
         print(f"  {cpu.per_episode_line(ws_episodes)}")
         for message in messages[:5]:
             print(f"  error: {message}")
+
+    if scaling_episodes and usable_cores() >= 2:
+        for line in measure_scaling(runtime, scaling_episodes, split, project_to):
+            print(line)
+    elif scaling_episodes:
+        print("scaling: not measured (this process may use one core)")
 
     cold, warm = measure_reset(runtime, range(resets), split)
     print(f"reset, scenario loaded from the cache:  {cold.line()}")

@@ -124,6 +124,14 @@ def _zygote_environment() -> dict[str, str]:
     }
 
 
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's cpuset, a pinning)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _source_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -352,7 +360,7 @@ class Sandbox:
         self._reaper: threading.Thread | None = None
         self._reaper_stop = threading.Event()
         self.spares = spares
-        self.probe_lanes = max(1, min(2, os.cpu_count() or 1) if probe_lanes is None else probe_lanes)
+        self.probe_lanes = max(1, min(2, _usable_cores()) if probe_lanes is None else probe_lanes)
         """Probes one verification may run at once (each in its own worker), when it is the only
         verification running; default: 2 where there are two CPUs."""
         self._runs = 0
