@@ -89,6 +89,27 @@ def test_tampered_bundle_is_detected_and_named(cache_dir):
     assert "hash mismatch" in err.value.reason
 
 
+def test_tampered_bundle_written_canonically_is_detected(cache_dir):
+    """A load checks the file's bytes against the manifest's hash when they are the canonical JSON the
+    cache writes: an attacker who rewrites the file in that very form is caught by it."""
+    cache, sid, path = _first(cache_dir)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    data["reference_fix"] = ""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    path.write_bytes(gzip.compress(canonical))
+    with pytest.raises(CorruptEntryError, match="hash mismatch"):
+        cache.load(sid)
+
+
+def test_an_unchanged_bundle_written_in_another_json_layout_still_loads(cache_dir):
+    """The bytes check is a shortcut: a bundle whose content is unchanged loads however it is laid out."""
+    cache, sid, path = _first(cache_dir)
+    before = cache.load(sid)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    path.write_bytes(gzip.compress(json.dumps(data, indent=2).encode()))
+    assert cache.load(sid) == before
+
+
 def test_tampered_probe_expectation_is_detected(cache_dir):
     cache, sid, path = _first(cache_dir)
     data = json.loads(gzip.decompress(path.read_bytes()))
