@@ -170,3 +170,37 @@ def test_starting_apps_in_templates_can_be_turned_off_and_then_every_worker_star
     link, answers = serve_twice(box, base)
     assert link.info.get("started") is False
     assert [(state, notes) for _, state, notes in answers] == [fresh_answers(box, base)] * 2
+
+
+def test_attack_a_file_the_startup_left_open_carries_nothing_from_one_worker_to_the_next(box):
+    """The startup opens a log of its own folder and keeps it open: every worker shares that open file
+    (a fork shares it, offset and all). Each probe appends to it and reads it back: whatever an earlier
+    worker wrote, moved or truncated, the next one sees the log exactly as the startup left it."""
+    extra = ('    global LOG\n    LOG = open(Path(__file__).resolve().parent / "notes.log", "a+")\n'
+             '    LOG.write("started\\n")\n    LOG.flush()')
+    files = app_files(extra)
+    files["sapp.py"] += '''
+
+@app.get("/log")
+def log():
+    LOG.write("a probe was here\\n")
+    LOG.flush()
+    LOG.seek(0)
+    return {"log": LOG.read(), "at": LOG.tell()}
+'''
+    base = AppSource(files, ENTRY)
+    link = box.templates.acquire(base)
+    assert link is not None and link.info.get("started") is True
+    seen = []
+    try:
+        for _ in range(3):
+            with box.spawn(base, link) as worker:
+                worker.wait_ready(5.0)
+                seen.append(reply(worker, "GET", "/log"))
+    finally:
+        box.templates.release(link)
+    with box.spawn(base) as fresh:
+        fresh.wait_ready(5.0)
+        expected = reply(fresh, "GET", "/log")
+    assert expected["log"] == "started\na probe was here\n"
+    assert seen == [expected] * 3
