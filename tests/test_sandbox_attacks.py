@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from envcore.runner.execute import plan_requests
+from envcore.runner.execute import step_request
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest
 from envcore.sandbox import LiveApp, Sandbox, supported_platform
 from envcore.sandbox.pool import PROJECT_ROOT, ZygoteLost
@@ -263,7 +263,7 @@ def test_monkeypatching_json_jsonresponse_and_httpx_forges_nothing(sb, bundle, f
 def test_detecting_probe_traffic_by_header_gains_nothing(sb, bundle, fixed):
     ordinary = {"host", "authorization", "content-type", "content-length"}
     tokens = {u.username: u.token for u in bundle.users}
-    for request in plan_requests(bundle.probes, tokens):
+    for request in (step_request(step, tokens) for probe in bundle.probes for step in probe.steps):
         assert {name for name, _ in request.headers} <= {"authorization", "content-type"}
     tell = f"""
         names = {{k.lower() for k in request.headers.keys()}}

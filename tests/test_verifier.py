@@ -14,6 +14,7 @@ from envcore.sandbox import Sandbox
 from envcore.scenario.probes import exploit_of
 from envcore.verifier import Resolution, Tally, resolve, verify
 from envcore.verifier.report import score
+from tests.test_credentials import fixed_files, notes_bundle
 from tests.test_sandbox import entry_path, with_entry_code
 
 
@@ -194,3 +195,36 @@ def test_the_fork_bound_runs_every_probe_in_a_fork_of_its_own(shipped):
     assert [len(d.samples_ms) for d in (bound.bare, bound.pristine, bound.served)] == [9, 9, 9]
     assert bound.requests >= 1
     assert bound.pristine.p50 > bound.bare.p50
+
+
+def test_the_fork_bound_signs_login_actors_in_within_each_fork():
+    """A login actor's requests depend on what the app granted it: each fork walks its probe on its
+    own copy of the app, signing in there first (a login that failed, or a request not answered,
+    fails the measurement)."""
+    from envcore.verifier.bench import measure_fork_bound
+
+    bundle = notes_bundle("login_json")
+    bound = measure_fork_bound(bundle, n=4)
+    assert [len(d.samples_ms) for d in (bound.bare, bound.pristine, bound.served)] == [4, 4, 4]
+    assert bound.requests == 2.0  # 5 steps and 3 logins (alice once, bob in each of his two probes) over 4 probes
+
+
+@pytest.mark.parametrize("kind", ["login_json", "login_cookie"])
+def test_the_live_bench_replays_login_actors_probes_on_the_app_it_measures(sandbox, kind):
+    """bench verify's live figures replay each bundle's probes on its live app, every actor that
+    signs in with a login doing so there first: each probe of the first round grades as the
+    verifier would grade it (bob is bob, his own login counted once), logins sent as requests."""
+    from envcore.runner.base import AppSource
+    from envcore.sandbox import LiveApp
+    from envcore.verifier.bench import measure_live, replay_probes
+
+    bundle = notes_bundle(kind)
+    fixed = fixed_files(bundle)
+    live_ms, memory = measure_live(sandbox, [(bundle, fixed)], 20)
+    assert len(live_ms.samples_ms) == 20 and len(memory) == 1
+    sent = []
+    with LiveApp(sandbox, AppSource(fixed, bundle.entrypoint)) as live:
+        outcomes = replay_probes(bundle, lambda request: sent.append(request) or live.request(request), 8)
+    assert [o.probe_id for o in outcomes] == [p.id for p in bundle.probes]
+    assert all(o.passed for o in outcomes), [o for o in outcomes if not o.passed]
+    assert len(sent) == 8 and sum(len(p.steps) for p in bundle.probes) == 5  # and alice's and bob's logins

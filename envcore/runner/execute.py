@@ -137,27 +137,28 @@ def judge(step: ProbeStep, response: HttpResponse) -> StepResult:
     return StepResult(status=response.status, body_excerpt=excerpt, failures=tuple(failures))
 
 
-def plan_requests(probes: Sequence[Probe], actors: Actors, app_root: str | None = None) -> list[HttpRequest]:
-    """Every step of every probe as a request, in the order they are sent (for actors that need no
-    login: see :func:`step_request`)."""
-    return [step_request(step, actors, app_root) for probe in probes for step in probe.steps]
+def probe_outcome(probe: Probe, responses: Sequence[HttpResponse]) -> ProbeOutcome:
+    """``probe`` judged on ``responses``, one per step (as its :class:`ProbeExchange` answers them)."""
+    results = tuple(judge(step, response) for step, response in zip(probe.steps, responses, strict=True))
+    return ProbeOutcome(probe_id=probe.id, kind=probe.kind, visible=probe.visible,
+                        passed=all(not r.failures for r in results), steps=results)
 
 
 def assemble_outcomes(
     probes: Sequence[Probe], responses: Sequence[HttpResponse], *, stop_on_failure: bool = False
 ) -> tuple[list[ProbeOutcome], bool]:
-    """Judge ``responses`` (one per step, in :func:`plan_requests` order); return (outcomes, stopped early).
+    """Judge ``responses`` (one per step: every probe's steps in order, probe after probe, as each
+    probe's :class:`ProbeExchange` answers them); return (outcomes, stopped early).
 
     With ``stop_on_failure`` the outcomes end at the first failed probe, exactly as if the run had
     stopped there (a backend that sends every request up front still reports the same result)."""
     outcomes: list[ProbeOutcome] = []
     index = 0
     for probe in probes:
-        results = tuple(judge(step, responses[index + i]) for i, step in enumerate(probe.steps))
+        outcome = probe_outcome(probe, responses[index:index + len(probe.steps)])
         index += len(probe.steps)
-        passed = all(not r.failures for r in results)
-        outcomes.append(ProbeOutcome(probe_id=probe.id, kind=probe.kind, visible=probe.visible, passed=passed, steps=results))
-        if stop_on_failure and not passed:
+        outcomes.append(outcome)
+        if stop_on_failure and not outcome.passed:
             return outcomes, len(outcomes) < len(probes)
     return outcomes, False
 
@@ -179,11 +180,8 @@ async def run_probes(
         while (request := exchange.next_request()) is not None:
             exchange.answer(await send(request))
             sent += 1
-        results = [judge(step, response) for step, response in zip(probe.steps, exchange.answers)]
-        passed = all(not r.failures for r in results)
-        outcomes.append(
-            ProbeOutcome(probe_id=probe.id, kind=probe.kind, visible=probe.visible, passed=passed, steps=tuple(results))
-        )
-        if stop_on_failure and not passed:
+        outcome = probe_outcome(probe, exchange.answers)
+        outcomes.append(outcome)
+        if stop_on_failure and not outcome.passed:
             return outcomes, sent, len(outcomes) < len(probes)
     return outcomes, sent, False

@@ -19,16 +19,19 @@ shadow data drawn for it alone, every probe on the app exactly as loaded:
   SWE-bench-style harness does (:mod:`envcore.runner.pytest_subprocess`);
 * the **fork bound**, measured in a clean interpreter warmed as the zygote is and holding one
   imported app: a fork, an immediate exit and the reaping (the least a probe in a process of its
-  own can cost), and the same with one probe's requests run in the child (all the work an isolated
-  probe needs, with no containment and no grading around it), also from a copy that has served
-  every probe once; times the median probe count, these bound any per-probe isolation against the
-  naive harness on this machine;
-* a **live worker**: one request's round trip, and the memory each live worker adds (USS);
+  own can cost), and the same with one probe's requests run in the child, its login actors signing
+  in to that copy first as in a probe's worker (all the work an isolated probe needs, with no
+  containment and no grading around it), also from a copy that has served every probe once; times
+  the median probe count, these bound any per-probe isolation against the naive harness on this
+  machine;
+* a **live worker**: one request's round trip (the probes' requests replayed on it, logins
+  included), and the memory each live worker adds (USS);
 * **throughput**: verifications per second with one thread per CPU keeping every core busy.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -43,12 +46,14 @@ from envcore.cache import ScenarioCache
 from envcore.patching import apply_patch
 from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource
-from envcore.runner.execute import plan_requests
+from envcore.runner.execute import ProbeExchange, probe_outcome
+from envcore.runner.http import HttpRequest, HttpResponse
 from envcore.runner.inprocess import InProcessRunner
 from envcore.runner.pytest_subprocess import PytestSubprocessRunner
 from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import PROJECT_ROOT, Sandbox
 from envcore.scenario.bundle import Bundle
+from envcore.scenario.probes import ProbeOutcome
 from envcore.verifier.verify import graded_source, grading_data, verify
 
 ISOLATION = ("every probe in a worker of its own, forked from a trusted process (the template lent to the run, "
@@ -143,7 +148,7 @@ _FORK_BOUND_SCRIPT = """
 import asyncio, atexit, gc, json, os, shutil, sys, tempfile, time
 from pathlib import Path
 from envcore.runner.actors import actors_of
-from envcore.runner.execute import plan_requests
+from envcore.runner.execute import ProbeExchange
 from envcore.runner.http import Lifespan, call_asgi
 from envcore.runner.inprocess import _endpoint_context_cache, _endpoints, _seed_endpoint_context, import_app, materialize
 from envcore.sandbox.warmup import warmup_apps
@@ -160,11 +165,22 @@ app = import_app(root, bundle.files, bundle.entrypoint, keep_modules=True)
 _seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
 asyncio.new_event_loop().run_until_complete(Lifespan(app).startup())
 actors = actors_of(bundle.users)
-plans = [plan_requests([probe], actors, str(root)) for probe in bundle.probes]
+probes = bundle.probes
 
 
-def forks(n, plans):
-    # n forks of this process, each running one probe's requests (none without plans) and exiting
+def walk(loop, probe):
+    # one probe's requests on this process's app, each login actor signing in to it first, as a
+    # probe's worker does; (every step answered, requests sent, logins included)
+    exchange = ProbeExchange(probe.steps, actors, str(root))
+    sent = 0
+    while (request := exchange.next_request()) is not None:
+        exchange.answer(loop.run_until_complete(call_asgi(app, request)))
+        sent += 1
+    return all(response.status is not None for response in exchange.answers), sent
+
+
+def forks(n, probes):
+    # n forks of this process, each running one probe (none without probes) and exiting
     gc.collect()
     gc.freeze()
     samples = []
@@ -175,10 +191,8 @@ def forks(n, plans):
         if pid == 0:
             gc.disable()
             answered = True
-            if plans:
-                loop = asyncio.new_event_loop()
-                for request in plans[i % len(plans)]:
-                    answered = loop.run_until_complete(call_asgi(app, request)).status is not None and answered
+            if probes:
+                answered, _ = walk(asyncio.new_event_loop(), probes[i % len(probes)])
             os.write(write_fd, b"k" if answered else b"x")
             os._exit(0)
         os.close(write_fd)
@@ -191,14 +205,11 @@ def forks(n, plans):
 
 
 bare = forks(n, [])
-pristine = forks(n, plans)
+pristine = forks(n, probes)
 loop = asyncio.new_event_loop()  # serve every probe here once: no longer the app as loaded
-for plan in plans:
-    for request in plan:
-        loop.run_until_complete(call_asgi(app, request))
-served = forks(n, plans)
-print(json.dumps({"bare": bare, "pristine": pristine, "served": served,
-                  "requests": sum(map(len, plans)) / len(plans)}))
+sent = [walk(loop, probe)[1] for probe in probes]
+served = forks(n, probes)
+print(json.dumps({"bare": bare, "pristine": pristine, "served": served, "requests": sum(sent) / len(sent)}))
 """
 
 
@@ -216,7 +227,7 @@ class ForkBound:
     what isolation could cost at best, if a served app were allowed to stand for the app as loaded
     (it is not: serving changes its state)."""
     requests: float
-    """Requests per probe, the mean over the bundle's probes."""
+    """Requests per probe (logins included), the mean over the bundle's probes."""
 
 
 def measure_fork_bound(bundle: Bundle, n: int = 200) -> ForkBound:
@@ -245,17 +256,44 @@ def measure_naive(items) -> Distribution:
     return dist
 
 
+def replay_probes(bundle: Bundle, send: Callable[[HttpRequest], HttpResponse], requests: int) -> list[ProbeOutcome]:
+    """Send ``requests`` requests to one app through ``send``: ``bundle``'s probes in turn, round
+    again as long as needed, each walked with :class:`~envcore.runner.execute.ProbeExchange`, so an
+    actor that signs in with a login request does so on that app first (its login counts as one of
+    the requests, and what the app granted signs its steps). Return the outcome of every probe
+    replayed whole, in order (the app is shared: a later round finds what earlier ones left)."""
+    actors = actors_of(bundle.users)
+    probes = [probe for probe in bundle.probes if probe.steps]
+    outcomes: list[ProbeOutcome] = []
+    sent = 0
+    for probe in itertools.cycle(probes):
+        if sent >= requests:
+            break
+        exchange = ProbeExchange(probe.steps, actors)
+        while (request := exchange.next_request()) is not None and sent < requests:
+            exchange.answer(send(request))
+            sent += 1
+        if request is None:
+            outcomes.append(probe_outcome(probe, exchange.answers))
+    return outcomes
+
+
 def measure_live(sandbox: Sandbox, items, requests_per_app: int) -> tuple[Distribution, list[int]]:
-    """Round trip of single requests through live workers, and each worker's USS after serving."""
+    """Round trip of single requests through live workers (each bundle's probes replayed on its
+    app: :func:`replay_probes`), and each worker's USS after serving."""
     dist, memory = Distribution(), []
     for bundle, files in items:
-        requests = plan_requests(bundle.probes, actors_of(bundle.users))
         with LiveApp(sandbox, AppSource(files, bundle.entrypoint)) as live:
-            live.request(requests[0])  # load
-            for i in range(requests_per_app):
+            timed: list[float] = []
+
+            def send(request: HttpRequest, live: LiveApp = live, timed: list[float] = timed) -> HttpResponse:
                 started = time.perf_counter()
-                live.request(requests[i % len(requests)])
-                dist.samples_ms.append((time.perf_counter() - started) * 1000)
+                response = live.request(request)
+                timed.append((time.perf_counter() - started) * 1000)
+                return response
+
+            replay_probes(bundle, send, requests_per_app + 1)
+            dist.samples_ms.extend(timed[1:])  # the first request loads the app: not a round trip
             if live.pid is not None:
                 memory.append(uss_kb(live.pid))
     return dist, memory
