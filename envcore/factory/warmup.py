@@ -15,7 +15,7 @@ from typing import Any
 from envcore.factory.compiler import compile_spec
 from envcore.factory.config import FactoryConfig
 from envcore.factory.template_author import author_spec
-from envcore.runner.actors import actors_of
+from envcore.runner.actors import ActorSession, actors_of
 from envcore.runner.execute import step_request
 from envcore.sandbox.worker import request_to_json
 
@@ -33,26 +33,28 @@ def warmup_samples() -> list[dict[str, Any]]:
     samples = _samples(FactoryConfig.load(None), MAX_SAMPLES, WARMUP_SEED_BASE)
     if REALISTIC_CONFIG.is_file():
         realistic = FactoryConfig.load(REALISTIC_CONFIG)
-        samples += _samples(realistic, REALISTIC_SAMPLES, WARMUP_SEED_BASE + 1_000, skip_auth={"oauth2_jwt"},
-                            distinct=(0, 2))
+        samples += _samples(realistic, REALISTIC_SAMPLES, WARMUP_SEED_BASE + 1_000, distinct=(0, 2))
     return samples
 
 
-def _samples(config: FactoryConfig, limit: int, first_seed: int, skip_auth: set[str] = frozenset(),
+def _samples(config: FactoryConfig, limit: int, first_seed: int,
              distinct: tuple[int, ...] = ()) -> list[dict[str, Any]]:
     """One app per (layout, auth, store) from seeds after ``first_seed``, up to ``limit``, each also
-    differing from the others on the axes ``distinct`` names; auth styles in ``skip_auth`` are left
-    out (a login actor's requests depend on the login's reply)."""
+    differing from the others on the axes ``distinct`` names. Apps with a user who signs in with a
+    login request are left out, whatever the style calls it: a sample's requests are written down
+    ahead, and a login actor's depend on the login's reply."""
     samples: list[dict[str, Any]] = []
     seen: set[tuple[str, str, str]] = set()
     for seed in range(first_seed, first_seed + 200):
         spec = author_spec(config, seed)
         style = (spec.style.layout, spec.style.auth, spec.style.store)
-        if style in seen or spec.style.auth in skip_auth or any(style[i] == s[i] for s in seen for i in distinct):
+        if style in seen or any(style[i] == s[i] for s in seen for i in distinct):
             continue
-        seen.add(style)
         bundle = compile_spec(spec)
         actors = actors_of(bundle.users)
+        if any(ActorSession(actors).needs_login(user.username) for user in bundle.users):
+            continue
+        seen.add(style)
         requests = [request_to_json(step_request(step, actors)) for probe in bundle.probes for step in probe.steps]
         samples.append({"files": dict(bundle.files), "entrypoint": bundle.entrypoint, "requests": requests})
         if len(samples) >= limit:
