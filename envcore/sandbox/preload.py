@@ -59,7 +59,7 @@ from envcore.runner.inprocess import (
     import_app,
     top_level_names,
 )
-from envcore.sandbox import containment, hotswap
+from envcore.sandbox import containment, hotswap, request_warmup
 from envcore.sandbox.app_runtime import import_named_modules, importable_modules
 from envcore.sandbox.forker import Forker
 from envcore.sandbox.limits import SandboxLimits
@@ -228,6 +228,13 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
             send_frame(sock, {"type": "template", "ok": False, "refused": True, "unstartable": True,
                               "error": str(exc)[:2000]})
             return
+    not_warmed = "turned off"
+    if message.get("warm", True):
+        try:  # the request path's first-use work, once here for every worker; nothing of the app's runs
+            not_warmed = request_warmup.warm_up(template.app, lambda into: hotswap.record_import_calls(root, into))
+        except request_warmup.WarmUpBroke as exc:
+            send_frame(sock, {"type": "template", "ok": False, "refused": True, "error": str(exc)[:2000]})
+            return
     held = _held_files(root, keep=fd)
     shared = held if isinstance(held, str) else _shared_state(keep=fd, held={h[0] for h in held})
     if shared:
@@ -242,6 +249,7 @@ def _run_template(fd: int, zygote_pid: int, message: dict[str, Any], blob: bytes
         "modules": len(template.loaded.modules), "functions": len(template.loaded.functions),
         "called_at_import": len(template.loaded.called_at_import),
         "started": not_started is None, "not_started": not_started,
+        "warmed": not_warmed is None, "not_warmed": not_warmed,
     })
     read_roots = containment.python_read_roots()
     forker = Forker(sock, lambda child_fd, me, spawn, _blob: template_worker_main(child_fd, me, spawn, template),

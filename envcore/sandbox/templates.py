@@ -213,7 +213,7 @@ class Templates:
         self.max_templates = max_templates
         self.spares = spares
         """Workers kept forked and contained, waiting for the patch, per template in use."""
-        self.stats = {"built": 0, "failed": 0, "prepared_used": 0, "refused": 0, "started": 0, "build_ms": 0.0}
+        self.stats = {"built": 0, "failed": 0, "prepared_used": 0, "refused": 0, "started": 0, "warmed": 0, "build_ms": 0.0}
         """Templates built, failed to import, prepared ahead and then used, refused (their import
         left something workers would share), built with the app started for their workers, and the
         milliseconds spent building them."""
@@ -231,6 +231,9 @@ class Templates:
         self.start_apps = True
         """Whether a template runs its app's startup for its workers when they could not tell (see
         :mod:`envcore.sandbox.preload`); off only to measure what that saves."""
+        self.warm_requests = True
+        """Whether a template serves the one request only library code answers before it forks (see
+        :mod:`envcore.sandbox.request_warmup`); off only to measure what that saves."""
         self._dropped: OrderedDict[str, None] = OrderedDict()
         """Owners whose templates were dropped (a template still being prepared for one is retired)."""
         self._start_refused: OrderedDict[str, str] = OrderedDict()
@@ -408,7 +411,7 @@ class Templates:
         except OSError as exc:
             raise RunnerInfrastructureError(f"cannot prepare a template: {exc}") from exc
         message, blob = sandbox.load_message(base)
-        message.update({"type": "template", "workspace": workspace, "start": start})
+        message.update({"type": "template", "workspace": workspace, "start": start, "warm": self.warm_requests})
         try:
             reply = sandbox.zygote_call(message, blob=blob, fds=[child.fileno()])
             if reply.get("type") != "spawned":
@@ -447,6 +450,7 @@ class Templates:
             self._live.add(link)
         self.stats["built"] += 1
         self.stats["started"] += bool(ready.get("started"))
+        self.stats["warmed"] += bool(ready.get("warmed"))
         self.stats["build_ms"] += (time.perf_counter() - started) * 1000
         return link
 
