@@ -244,6 +244,19 @@ def measure_scaling(runtime: Runtime, episodes: int, split: str | None, project_
     return scaling.projection(points[0], points[1], project_to)
 
 
+def isolation_floor(seeds: list[int], split: str | None, runtime: Runtime) -> tuple[float, float, float]:
+    """(probes an oracle episode runs, ms one probe costs in a fork of its own with no sandbox, their
+    product): the least CPU an episode can cost while every probe runs on a pristine copy of its app,
+    whatever the sandbox does. Probes: the visible ones (``run_tests``) and all (``submit``) of the
+    episodes ``seeds`` play; the probe's cost: bench verify's fork bound, on the first of them."""
+    from envcore.verifier.bench import measure_fork_bound
+
+    bundles = [runtime.sampler.choose(seed=seed, split=split)[0] for seed in seeds]
+    probes = statistics.mean(len(b.probes) + sum(1 for p in b.probes if p.visible) for b in bundles)
+    per_probe = measure_fork_bound(bundles[0], 60).pristine.p50
+    return probes, per_probe, probes * per_probe
+
+
 def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, clients: int, split: str | None,
         scaling_episodes: int = 0, project_to: int = 16) -> int:
     cache = ScenarioCache.open(cache_root)
@@ -264,6 +277,12 @@ def run(cache_root: str, *, resets: int, episodes: int, ws_episodes: int, client
               f"({full}/{len(rewards)} rewarded >= 0.95)")
         print(f"  http_request step ({threads} thread(s)): {requests.line()}")
         print(f"  {cpu.per_episode_line(len(rewards))}")
+        if threads == 1:
+            probes, per_probe, floor = isolation_floor(seeds[:10], split, runtime)
+            measured = cpu.seconds / max(len(rewards), 1) * 1000
+            print(f"  isolation floor: {probes:.1f} probes an episode (run_tests + submit) x {per_probe:.1f} ms (one probe "
+                  f"in a fork of its own, no sandbox) = {floor:.0f} ms of CPU; this run {measured:.0f} ms "
+                  f"({measured / floor:.2f}x the floor)")
 
     if ws_episodes:
         port = free_port()
