@@ -37,7 +37,11 @@ from envcore.scenario.bundle import Bundle
 
 WEIGHTS_VERSION = 1
 DEFAULT_SPLIT = "train"
-BUNDLE_CACHE_SIZE = 512
+BUNDLE_CACHE_SIZE = 64
+"""Bundles kept in memory, most recently used first (about 275 KB each on cache v5). A reset of one of
+them takes about 0.3 ms, a load from the cache under 2 ms: enough for a training batch's groups, a
+curriculum's repeats and the Space's visitors to hit them, and a server's memory stops growing after
+the first few dozen scenarios instead of after hundreds."""
 
 
 class NoScenario(ValueError):
