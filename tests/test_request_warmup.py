@@ -14,8 +14,8 @@ from starlette.routing import Mount
 
 from envcore.runner.base import AppSource
 from envcore.runner.http import HttpRequest
+from envcore.runner.request_warmup import WARMUP_PATH, WarmUpBroke, warm_up, why_not
 from envcore.sandbox import Sandbox, SandboxLimits
-from envcore.sandbox.request_warmup import WARMUP_PATH, WarmUpBroke, warm_up, why_not
 
 
 def plain_app() -> FastAPI:
@@ -155,3 +155,33 @@ def hit():
             expected = [json.loads(fresh.request(HttpRequest(m, p), 2.0).body)
                         for m, p in (("GET", "/hit"), ("GET", WARMUP_PATH), ("GET", "/hit"))]
         assert answers == [expected, expected] and expected[0] == {"n": 1}
+
+
+def _counting_probes():
+    """Three probes, each passing only if the app saw its request and nothing before it."""
+    from envcore.scenario.probes import BodyIncludes, Probe, ProbeKind, ProbeStep
+
+    step = ProbeStep(method="GET", path="/seen", expect=(BodyIncludes(texts=('{"seen":["/seen"]}',)),))
+    return [Probe(id=f"p{i}", kind=ProbeKind.REGRESSION, title="t", steps=(step,)) for i in range(3)]
+
+
+def test_the_in_process_runner_warms_up_before_its_forks_and_every_probe_sees_the_app_as_loaded(monkeypatch):
+    """The factory's check forks the loaded app once per probe too: the same warm-up runs there, and
+    an app whose code would run for it is loaded again and served without one."""
+    import envcore.runner.request_warmup as warmup
+    from envcore.runner.base import Batch
+    from envcore.runner.inprocess import InProcessRunner
+
+    source = AppSource({"app.py": COUNTING}, "app:app")
+    sent = []
+    real = warmup.warm_up
+    monkeypatch.setattr(warmup, "warm_up", lambda app, record: sent.append(real(app, record)) or sent[-1])
+    with InProcessRunner(isolate_probes=True) as runner:
+        report = runner.run_batches(source, [Batch(tuple(_counting_probes()), None, False)], {})[0]
+        assert [o.passed for o in report.outcomes] == [True] * 3
+        assert sent and "middleware" in sent[0]  # ruled out: the app counts requests
+        # the checks fooled (as an app the rules miss would): the call recorder catches it and the
+        # app is loaded again, with no warm-up
+        monkeypatch.setattr(warmup, "why_not", lambda app: None)
+        again = runner.run_batches(source, [Batch(tuple(_counting_probes()), None, False)], {})[0]
+        assert [o.passed for o in again.outcomes] == [True] * 3

@@ -42,6 +42,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any, Mapping, Sequence
 
+from envcore.runner import request_warmup
 from envcore.runner.actors import Actors
 from envcore.runner.base import AppSource, Batch, RunnerInfrastructureError, RunReport
 from envcore.runner.databases import DatabaseBuildError, build_databases
@@ -379,11 +380,14 @@ class InProcessRunner:
     ) -> RunReport:
         return self.run_batches(source, [Batch(tuple(probes), None, stop_on_failure)], actors)[0]
 
-    def run_batches(self, source: AppSource, batches: Sequence[Batch], actors: Actors) -> list[RunReport]:
+    def run_batches(self, source: AppSource, batches: Sequence[Batch], actors: Actors, *,
+                    warm: bool = True) -> list[RunReport]:
         """Load once and give every batch (with ``isolate_probes``, every probe) pristine state: each
         runs in a forked child of the loaded app, and the app's folder is put back after it, except
         that one whose every request stops at its batch's gate runs here with the gate closed
-        (nothing reaches the app, so nothing changes), and the very last one runs here."""
+        (nothing reaches the app, so nothing changes), and the very last one runs here. Before the
+        forks, the loaded app serves the one request only library code answers (``warm``, see
+        :mod:`envcore.runner.request_warmup`), so that no fork repeats its first-use work."""
         started = time.perf_counter()
         cwd = os.getcwd()
         endpoints: list[Any] = []
@@ -408,6 +412,14 @@ class InProcessRunner:
             if failure is not None:
                 raise AppLoadError(f"startup failed: {failure}")
             snapshot = FolderSnapshot(str(root))  # as loaded: startup may have written files
+            if warm and (len(batches) > 1 or self.isolate_probes or any(b.isolate for b in batches)):
+                # the request path's first-use work once, before the forks (nothing of the app's runs)
+                try:
+                    request_warmup.warm_up(app, lambda into: request_warmup.record_calls_under(str(root), into))
+                except request_warmup.WarmUpBroke:
+                    # app code ran after all: this copy is no longer the app as loaded; load it again
+                    self._loop.run_until_complete(lifespan.shutdown())
+                    return self.run_batches(source, batches, actors, warm=False)
             for i, batch in enumerate(batches):
                 t0 = time.perf_counter()
                 outcomes, sent, stopped = [], 0, False

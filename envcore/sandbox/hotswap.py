@@ -35,6 +35,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from envcore.runner.request_warmup import record_calls_under
+
 _KIND_FLAGS = 0x20 | 0x80 | 0x100 | 0x200  # GENERATOR, COROUTINE, ITERABLE_COROUTINE, ASYNC_GENERATOR
 _OPTIMIZED = 0x1  # set on function code, not on module or class bodies
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -281,18 +283,8 @@ class LoadedApp:
 
 def record_import_calls(root: str, into: set[tuple[str, str]]) -> Callable[[], None]:
     """Record which functions of files under ``root`` are called, until the returned function is
-    called. Only for trusted code (a template importing the original app)."""
-    prefix = root.rstrip("/") + "/"
-    previous = sys.getprofile()
-
-    def profile(frame: types.FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            code = frame.f_code
-            if code.co_filename.startswith(prefix):
-                into.add((code.co_filename[len(prefix):], code.co_qualname))
-
-    sys.setprofile(profile)
-    return lambda: sys.setprofile(previous)
+    called. Only for trusted code (a template importing and starting the original app)."""
+    return record_calls_under(root, into)
 
 
 def index_functions(root: str, objects: Iterable[Any]) -> dict[tuple[str, str], types.FunctionType]:

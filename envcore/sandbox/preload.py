@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envcore.runner import request_warmup
 from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.http import Lifespan
 from envcore.runner.inprocess import (
@@ -59,7 +60,7 @@ from envcore.runner.inprocess import (
     import_app,
     top_level_names,
 )
-from envcore.sandbox import containment, hotswap, request_warmup
+from envcore.sandbox import containment, hotswap
 from envcore.sandbox.app_runtime import import_named_modules, importable_modules
 from envcore.sandbox.forker import Forker
 from envcore.sandbox.limits import SandboxLimits

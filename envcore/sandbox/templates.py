@@ -233,7 +233,7 @@ class Templates:
         :mod:`envcore.sandbox.preload`); off only to measure what that saves."""
         self.warm_requests = True
         """Whether a template serves the one request only library code answers before it forks (see
-        :mod:`envcore.sandbox.request_warmup`); off only to measure what that saves."""
+        :mod:`envcore.runner.request_warmup`); off only to measure what that saves."""
         self._dropped: OrderedDict[str, None] = OrderedDict()
         """Owners whose templates were dropped (a template still being prepared for one is retired)."""
         self._start_refused: OrderedDict[str, str] = OrderedDict()
