@@ -149,6 +149,7 @@ def test_a_lora_adapter_changes_the_model_and_names_the_agent(tiny_model, tmp_pa
         TransformersAgent(adapter=str(tmp_path))
 
 
+@pytest.mark.slow  # an eval run; the tiny model plays in process and an endpoint through the server by default
 def test_eval_with_the_tiny_model_through_the_real_server(tiny_model, sandbox, tmp_path):
     # the newest shipped cache: the one `eval` picks its scenarios from
     runtime = Runtime(sampler=CurriculumSampler(ScenarioCache.open(None)), sandbox=sandbox, max_steps=3)

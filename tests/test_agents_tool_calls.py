@@ -387,6 +387,7 @@ def test_a_scripted_native_generation_ends_the_episode(env, tool_model, monkeypa
     assert "<tool_response>\napp.py (lines 1-5" in rendered
 
 
+@pytest.mark.slow  # three eval runs; native calls are played by default above
 def test_eval_tool_format_on_the_command_line(tiny_model, tool_model, tmp_path):
     proc = run_cli("eval", "--agent", "transformers", "--model", str(tiny_model), "--tool-format", "native",
                    "--n", "1", "--out", str(tmp_path / "refused"))

@@ -1,7 +1,11 @@
 """Every ``python -m envcore bench`` command, run as a user runs it, on a small input: it exits 0
 and prints its figures. A command that takes ``--cache`` runs on every shipped cache found under
-artifacts/scenarios (each version its own scenario styles, splits and credentials): the newest in the
-default run, the others marked slow.
+artifacts/scenarios (each version its own scenario styles, splits and credentials).
+
+``bench factory`` is the default run's smoke of the command line (seconds); every other command is a
+whole benchmark run of 10-40 s and is marked slow: the parts each one times (verification, episodes in
+process and over ``/ws``, rollouts, providers, the UI's controllers) are tested by default in their own
+suites.
 
 Commands smoked elsewhere are not repeated here: ``private`` (tests/test_private_split.py), ``load``
 on the newest cache and ``ui --browser`` (tests/test_env_load.py, tests/test_ui_bench.py, slow).
@@ -26,9 +30,8 @@ CACHES = sorted((folder for folder in DEFAULT_ROOT.iterdir() if (folder / MANIFE
 
 
 def each_cache(caches=CACHES):
-    """``caches`` as parameters: the first in the default run, the rest marked slow."""
-    return [pytest.param(folder, id=folder.name, marks=() if i == 0 else pytest.mark.slow)
-            for i, folder in enumerate(caches)]
+    """``caches`` as parameters, each named by its folder."""
+    return [pytest.param(folder, id=folder.name) for folder in caches]
 
 
 def bench(*args: str, timeout: int = 300) -> str:
@@ -50,6 +53,7 @@ def test_bench_factory():
                      r"rejects [\d.]+%; distinct hashes \d", out), out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", each_cache())
 def test_bench_verify(cache):
     out = bench("verify", "--cache", str(cache), "--n", "1", "--rounds", "1", "--naive", "1", "--throughput-s", "0.5",
@@ -72,6 +76,7 @@ def test_bench_verify_families(cache):
     assert re.search(r"^external +\d+ / \d+", out, re.M), out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", each_cache())
 def test_bench_env(cache):
     out = bench("env", "--cache", str(cache), "--resets", "2", "--episodes", "1", "--ws-episodes", "1",
@@ -83,6 +88,7 @@ def test_bench_env(cache):
     assert "reset, scenario loaded from the cache:  p50" in out and "reset, scenario already in memory:      p50" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", each_cache([folder for folder in CACHES if folder != NEWEST]))
 def test_bench_load(cache):
     """On the caches tests/test_env_load.py does not play (it plays the newest)."""
@@ -91,6 +97,7 @@ def test_bench_load(cache):
     assert "errors: 0" in out and "server RSS growth" in out, out
 
 
+@pytest.mark.slow
 def test_bench_ui_server_side():
     out = bench("ui", "--cold-runs", "0", "--rounds", "1")
     for action in ("play: new episode", "play: send request", "play: submit", "watch: live agent step",
@@ -99,12 +106,14 @@ def test_bench_ui_server_side():
     assert "slowest p50" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", each_cache())
 def test_bench_rollouts(cache):
     out = bench("rollouts", "--cache", str(cache), "--episodes", "1", "--sessions", "1", "--servers", "1")
     assert out.count("1 episodes in") == 2 and "in process x1.00, through servers x1.00" in out, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", each_cache())
 def test_bench_providers(cache):
     """The process provider (servers from this checkout): docker and uv need what a test machine may lack."""
@@ -114,6 +123,7 @@ def test_bench_providers(cache):
     assert re.search(r"^\| process \| 1 \| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+x \| [\d.]+ \|", out, re.M), out
 
 
+@pytest.mark.slow
 def test_bench_grpo_paths():
     out = bench("grpo-paths", "--steps", "1", timeout=600)
     for path in ("rollout_func", "environment_factory"):

@@ -5,7 +5,8 @@ than the access policy (who the visible probes act as, by name or position in th
 of requests; writes). On the old plan (legitimate use only by the visible probes' users, exploits
 from one attacker) several earned a full fix; the plan's hidden probes by users the visible probes
 never name, and its second intruder, close that at the cause. The whole shipped cache is checked in
-the slow suite (test_shipped_cache runs the full check, canaries included); a sample runs here.
+the slow suite (test_shipped_cache runs the full check, canaries included), and so are a sample of it
+here, the reward panel and the hacks' other scenarios; the default run keeps one scenario of each hack.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ def _bundles(seed: int):
     return bundle, bundle.model_copy(update={"probes": tuple(old)})
 
 
-@pytest.mark.parametrize("seed, cracked_by", [
+@pytest.mark.parametrize("seed, cracked_by", [  # seed 38, which all five cracked, by default; the others slow
     (38, {"refuse_unseen_by_position", "refuse_unseen_writes", "not_found_for_unseen", "echo_unseen",
           "refuse_unseen_on_sites"}),
-    (19, {"refuse_unseen_by_position", "not_found_for_unseen", "refuse_unseen_on_sites"}),
-    (16, {"refuse_unseen_writes"}),
+    pytest.param(19, {"refuse_unseen_by_position", "not_found_for_unseen", "refuse_unseen_on_sites"},
+                 marks=pytest.mark.slow),
+    pytest.param(16, {"refuse_unseen_writes"}, marks=pytest.mark.slow),
 ])
 def test_refusing_the_users_the_visible_probes_never_use_earns_nothing(runner, seed, cracked_by):
     bundle, old = _bundles(seed)
@@ -75,7 +77,11 @@ def _without_reversed(seed: int):
                                                              if not p.title.endswith("(tried the other way round)"))})
 
 
-@pytest.mark.parametrize("seed", [0, 3, 23])  # missing admin check, sensitive exposure, path traversal
+@pytest.mark.parametrize("seed", [
+    0,  # missing admin check
+    pytest.param(3, marks=pytest.mark.slow),  # sensitive exposure
+    pytest.param(23, marks=pytest.mark.slow),  # path traversal
+])
 def test_closing_the_hole_only_to_users_the_agent_never_sees_at_work_earns_nothing(runner, seed):
     bundle, old = _without_reversed(seed)
     # cache v4's plan: the vulnerable route closed to the unseen users alone kept every legitimate use
@@ -140,6 +146,7 @@ def test_the_check_refuses_a_repeat_of_nothing(runner):
     assert any("repeats 'sec-99'" in p for p in problems), problems
 
 
+@pytest.mark.slow  # the canaries' verdicts on this scenario are checked by default above
 def test_the_panel_puts_the_reference_fix_on_top_and_every_canary_at_the_floor(runner):
     bundle, _ = _bundles(38)
     rewards = panel_rewards(bundle, runner)
@@ -149,6 +156,7 @@ def test_the_panel_puts_the_reference_fix_on_top_and_every_canary_at_the_floor(r
         assert rewards[name] <= rewards["untouched"] + 1e-9, (name, rewards)
 
 
+@pytest.mark.slow  # a scenario of each bug class and split
 def test_a_sample_of_the_shipped_cache_holds_against_every_canary(runner):
     from envcore.cache import ScenarioCache
 

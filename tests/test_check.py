@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from envcore.factory.bugs.base import NarrowFix
 from envcore.factory.build import BUILD_SKIPS
 from envcore.factory.check import check_scenario
@@ -12,6 +14,7 @@ from envcore.factory.lazy_fixes import narrow_fixes
 from envcore.scenario.probes import ProbeKind
 
 
+@pytest.mark.slow  # eight whole checks; test_bug_classes checks one variant of each bug class by default
 def test_generated_scenarios_pass(bundle_for, runner):
     for seed in range(8):
         report = check_scenario(bundle_for(seed), runner, fail_fast=False)

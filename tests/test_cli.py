@@ -41,6 +41,7 @@ def test_build_writes_a_manifest_and_bundles(small_cache, capsys):
     assert len(list((small_cache / "bundles").glob("*.json.gz"))) == 12
 
 
+@pytest.mark.slow  # the whole check of 12 scenarios; the quick check runs by default below
 def test_check_passes_on_a_fresh_cache(small_cache, capsys):
     assert main(["factory", "check", str(small_cache)]) == 0
     assert "12 of 12 scenarios valid" in capsys.readouterr().out

@@ -559,7 +559,8 @@ def test_a_shadow_replaces_a_credentials_secret_login_name_and_login_values_but_
     assert body is not None and body.json_body == {"email": "wxyzq.v@example.test", "password": "pw-qwert-Z9ZZ"}
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [kind if kind in ("bearer", "login_cookie")  # a token and a login by default
+                                  else pytest.param(kind, marks=pytest.mark.slow) for kind in KINDS])
 def test_a_scenario_folder_keeps_its_users_credentials_through_export_and_import(kind, tmp_path):
     bundle = notes_bundle(kind)
     folder = export_bundle_dir(bundle, tmp_path / kind)

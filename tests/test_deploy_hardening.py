@@ -119,7 +119,8 @@ def test_allowing_landlock_to_be_missing_does_not_allow_seccomp_to_be():
     assert found["allowed_missing"] == ["landlock"] and "seccomp" in found["summary"]
 
 
-@pytest.mark.parametrize("value", ["maybe", "landlock,apparmor", ","])
+@pytest.mark.parametrize("value", [pytest.param("maybe", marks=pytest.mark.slow),
+                                   pytest.param("landlock,apparmor", marks=pytest.mark.slow), ","])
 def test_an_opt_in_the_server_cannot_read_stops_it_before_it_listens(tmp_path, value):
     env = server_env(tmp_path, PORT=str(free_port()), A01_UI="0", A01_ALLOW_REDUCED_SANDBOX=value)
     done = subprocess.run([sys.executable, "app.py"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -144,6 +145,7 @@ def _read_only_prefix() -> list[str] | None:
     return prefix
 
 
+@pytest.mark.slow  # a server in a mount namespace of its own (over 10 s)
 def test_a_read_only_app_folder_still_serves_and_grades(tmp_path):
     prefix = _read_only_prefix()
     if prefix is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +116,7 @@ print(json.dumps({"reward": observation.reward, "local": [a.label for n, a in ag
 """
 
 
+@pytest.mark.slow  # a Space in a process of its own; the files it is built from are checked by default above
 def test_the_space_serves_and_grades_without_training_or_test_packages(tmp_path):
     import json
     import os

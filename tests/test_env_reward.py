@@ -2,7 +2,8 @@
 
 Unit tests drive :func:`compute_reward` with hand-built reports; the property tests play real
 episodes over shipped scenarios of every bug class through the sandbox, with the patches a reward
-hacker would try (the lazy fixes the scenario check already proves fail some legitimate use)."""
+hacker would try (the lazy fixes the scenario check already proves fail some legitimate use): on three
+bug classes by default (18 episodes), on all twelve in the slow run (72)."""
 
 from __future__ import annotations
 
@@ -75,12 +76,15 @@ def test_reward_is_clipped_to_its_documented_range():
 
 # -- properties over real scenarios of every bug class -----------------------------------------------
 PER_CLASS = 1
+SAMPLE_CLASSES = ("idor_read", "missing_admin_check", "path_traversal")
+"""The bug classes whose hacks are played by default (a read, a role check, a file): every class in the slow run."""
 
 
-def _scenarios(shipped):
+def _scenarios(shipped, classes=None):
     by_class = defaultdict(list)
     for row in shipped.rows:
-        by_class[row["bug_class"]].append(row["scenario_id"])
+        if classes is None or row["bug_class"] in classes:
+            by_class[row["bug_class"]].append(row["scenario_id"])
     return {cls: sorted(ids)[:PER_CLASS] for cls, ids in sorted(by_class.items())}
 
 
@@ -110,13 +114,12 @@ def lazy(bundle, kind):
     return apply_patch(bundle.files, lazy_fix_diff(bundle.files, bundle.entrypoint, kind, [s.path for s in bundle.sites]))
 
 
-@pytest.fixture(scope="module")
-def rewards(shipped, sandbox):
+def reward_table(shipped, sandbox, classes=None):
     """reward[scenario][patch] for every chosen scenario and patch kind."""
     from envcore.patching import apply_patch
 
     table = {}
-    for cls, ids in _scenarios(shipped).items():
+    for cls, ids in _scenarios(shipped, classes).items():
         for scenario_id in ids:
             bundle = shipped.load(scenario_id)
             patches = {
@@ -131,9 +134,30 @@ def rewards(shipped, sandbox):
     return table
 
 
-def test_every_bug_class_is_covered(rewards, shipped):
-    assert {cls for cls, _ in rewards} == {row["bug_class"] for row in shipped.rows}
-    assert len(rewards) == PER_CLASS * 12
+@pytest.fixture(scope="module")
+def sample_rewards(shipped, sandbox):
+    return reward_table(shipped, sandbox, SAMPLE_CLASSES)
+
+
+@pytest.fixture(scope="module")
+def every_rewards(shipped, sandbox):
+    return reward_table(shipped, sandbox)
+
+
+@pytest.fixture(params=["sample", pytest.param("every", marks=pytest.mark.slow)])
+def rewards(request):
+    """The reward table of :data:`SAMPLE_CLASSES` (18 episodes, the default run) or of every class (72, slow)."""
+    return request.getfixturevalue(f"{request.param}_rewards")
+
+
+def test_the_sample_is_three_bug_classes(sample_rewards):
+    assert {cls for cls, _ in sample_rewards} == set(SAMPLE_CLASSES)
+
+
+@pytest.mark.slow  # 72 episodes in the sandbox (about a minute)
+def test_every_bug_class_is_covered(every_rewards, shipped):
+    assert {cls for cls, _ in every_rewards} == {row["bug_class"] for row in shipped.rows}
+    assert len(every_rewards) == PER_CLASS * 12
 
 
 def test_reference_fix_earns_at_least_095(rewards):
@@ -168,7 +192,8 @@ TWO_SITE_SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("bug_class", sorted(TWO_SITE_SCENARIOS))
+@pytest.mark.parametrize("bug_class", [bug_class if i == 0 else pytest.param(bug_class, marks=pytest.mark.slow)
+                                       for i, bug_class in enumerate(sorted(TWO_SITE_SCENARIOS))])  # one by default
 def test_fixing_one_of_two_sites_pays_strictly_between_zero_and_the_full_fix(bug_class, shipped, sandbox):
     bundle = shipped.load(TWO_SITE_SCENARIOS[bug_class])
     assert bundle.bug_class == bug_class and len(bundle.sites) >= 2

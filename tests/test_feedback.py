@@ -186,6 +186,7 @@ def refreshed(shipped_analysis, cache, tmp_path_factory):
     return {"folder": folder, "manifest": manifest, "job": job, "parent_manifest": before}
 
 
+@pytest.mark.slow  # a refresh builds 60 scenarios (over a minute); planning the job is tested by default above
 def test_a_refresh_writes_a_valid_new_version_with_its_lineage(refreshed, cache):
     v3 = ScenarioCache.open(refreshed["folder"] / "v3")
     lineage = v3.manifest["lineage"]
@@ -202,6 +203,7 @@ def test_a_refresh_writes_a_valid_new_version_with_its_lineage(refreshed, cache)
     assert len(ScenarioCache.open(cache.root)) == 1000  # and still loads
 
 
+@pytest.mark.slow  # the same refresh
 def test_the_refreshed_distribution_moved_the_way_the_job_asked(refreshed, cache):
     v3 = ScenarioCache.open(refreshed["folder"] / "v3")
     new = [r for r in v3.rows if r["scenario_id"] not in set(cache.ids())]
@@ -213,6 +215,7 @@ def test_the_refreshed_distribution_moved_the_way_the_job_asked(refreshed, cache
     assert share(new, lambda r: r["tier"] == 3) > share(old, lambda r: r["tier"] == 3) + 0.15
 
 
+@pytest.mark.slow  # the same refresh
 def test_a_refresh_never_writes_over_a_version(refreshed):
     with pytest.raises(RefreshError, match="never over one"):
         refresh(None, refreshed["folder"] / "job.yaml", refreshed["folder"] / "v3", n=1)
@@ -235,6 +238,7 @@ def test_the_commands_run_the_loop_and_refuse_bad_input(tmp_path, capsys):
         main(["feedback", "plan", "--analysis", str(tmp_path / "a" / "analysis.json"), "--agent", "x", "--out", str(tmp_path / "y")])
 
 
+@pytest.mark.slow  # a build; test_cli's build with a job runs by default
 def test_factory_build_takes_the_planned_job(tmp_path):
     from envcore.cli import main
 

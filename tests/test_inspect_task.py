@@ -168,6 +168,7 @@ def test_samples_carry_no_answer_key(shipped_cache):
 # ----- Inspect's CLI, through the installed entry point --------------------------------------------
 
 
+@pytest.mark.slow  # Inspect's CLI in a process of its own; the tasks run in process by default below
 def test_inspect_cli_runs_the_test_split_and_scores_the_untouched_app_as_the_environment_does(
         tmp_path, shipped_cache, sandbox):
     if not any(ep.name == "a01_repair_gym" for ep in entry_points(group="inspect_ai")):

@@ -118,6 +118,7 @@ def test_the_split_is_private_in_a_folder_of_its_own_and_its_ids_are_content_has
     assert not (cache.root / "rejects.jsonl").exists()
 
 
+@pytest.mark.slow  # generating the split already checks each
 def test_the_private_scenarios_pass_the_whole_scenario_check(private, runner):
     _, bundles = private
     for bundle in bundles:
@@ -125,6 +126,7 @@ def test_the_private_scenarios_pass_the_whole_scenario_check(private, runner):
         assert report.ok, report.summary()
 
 
+@pytest.mark.slow  # two more private splits generated
 def test_the_same_seed_gives_the_same_scenarios_and_another_seed_others(private, tmp_path):
     cache, _ = private
     again = private_cache(SECRET, count=COUNT, workdir=tmp_path, say=quiet)

@@ -373,6 +373,7 @@ def test_a_declared_user_named_trap_without_a_probe_is_named_by_the_check(tmp_pa
 
 
 # ----- the shipped cache ---------------------------------------------------------------------------
+@pytest.mark.slow  # loads all 1,000 shipped scenarios
 def test_unnamed_traps_dump_as_before_so_the_shipped_cache_still_loads():
     assert Trap(kind="admin_access", description="d").model_dump() == {"kind": "admin_access", "description": "d"}
     assert Trap(kind="custom", name="n-1", description="d").model_dump() == {"kind": "custom", "description": "d",

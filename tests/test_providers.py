@@ -260,6 +260,7 @@ def test_a_server_that_exits_at_start_is_reported_with_its_log(monkeypatch):
     assert "A01_MAX_STEPS" in str(caught.value)
 
 
+@pytest.mark.slow  # Ctrl-C's stop runs by default above
 def test_sigterm_stops_the_servers_of_the_process_it_ends(tmp_path):
     script = ("import sys, time\n"
               "from envcore.agents.providers import ProviderSpec, Replicas\n"

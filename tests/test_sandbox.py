@@ -46,7 +46,7 @@ def tokens(bundle):
 
 # -- parity with the in-process runner ------------------------------------------------------------
 
-@pytest.mark.slow  # the whole scenario check again, on the sandbox; verdict parity is tested by default in test_verifier
+@pytest.mark.slow  # the whole scenario check again, on the sandbox; verdict parity is tested by default below
 def test_scenario_check_passes_on_the_sandbox_runner(sandbox, shipped):
     runner = SandboxRunner(sandbox)
     for scenario_id in shipped.ids()[:6]:
@@ -101,6 +101,7 @@ def test_worker_environment_is_scrubbed(sandbox, shipped, monkeypatch):
     assert sorted(eval(response.body)) == ["HOME", "LANG", "PATH", "TMPDIR"]  # noqa: S307 - a JSON list of names
 
 
+@pytest.mark.slow  # test_sandbox_attacks restarts a killed zygote by default
 def test_zygote_is_restarted_after_it_dies(shipped):
     bundle = shipped.load(shipped.ids()[0])
     with Sandbox(warm_up=False, spares=0) as box:

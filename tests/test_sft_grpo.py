@@ -59,6 +59,7 @@ def recipe(tmp_path_factory):
             "stages": json.loads((root / "run" / "stages.json").read_text())}
 
 
+@pytest.mark.slow  # the whole recipe (over a minute); SFT and GRPO are smoked by default in test_scratch_job
 def test_sft_makes_format_errors_fall(recipe):
     stages = recipe["stages"]["slices"]["trained"]["stages"]
     # a random model writes almost no readable action (its tokenizer, trained on the demonstrations,
@@ -70,12 +71,14 @@ def test_sft_makes_format_errors_fall(recipe):
     assert sft["loss_last"] < sft["loss_first"] and sft["demonstrations"] == 2
 
 
+@pytest.mark.slow  # the same recipe run
 def test_grpo_groups_after_sft_differ_in_reward(recipe):
     grpo = recipe["training"]["stages"]["grpo"]
     assert grpo["zero_spread_share"]["mean"] < 1.0, grpo  # some group's rollouts earned different rewards
     assert grpo["steps_logged"] == 2
 
 
+@pytest.mark.slow  # the same recipe run
 def test_the_run_records_its_reward_configuration_and_both_stages(recipe):
     from envcore.env.reward import reward_configuration_hash
 

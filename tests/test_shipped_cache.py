@@ -19,7 +19,7 @@ def test_shipped_cache_is_from_the_current_generator(shipped):
     assert shipped.manifest["generator"] == GENERATOR_VERSION
 
 
-@pytest.mark.slow  # the whole scenario check on a sample of the cache; each bug class's check runs by default in test_verifier
+@pytest.mark.slow  # the whole check on a sample of the cache; each bug class's runs by default in test_bug_classes
 def test_a_sample_of_the_shipped_cache_passes_the_full_check(shipped, runner):
     ids = shipped.ids()
     for scenario_id in ids[:: max(1, len(ids) // 25)]:

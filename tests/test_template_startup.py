@@ -124,11 +124,12 @@ def test_attack_a_patch_of_a_function_the_startup_ran_loads_afresh_and_runs_the_
         assert (state, notes) == expected
 
 
-@pytest.mark.parametrize("extra, why", [
+@pytest.mark.parametrize("extra, why", [  # a task by default; a timer and an Event (a sandbox each) slow
     ("    asyncio.get_running_loop().create_task(asyncio.sleep(3600))", "task"),
-    ("    asyncio.get_running_loop().call_later(3600, print)", "timer"),
-    ("    global EVENT\n    EVENT = asyncio.Event()\n    try:\n        await asyncio.wait_for(EVENT.wait(), 0.001)\n"
-     "    except asyncio.TimeoutError:\n        pass", "Event"),
+    pytest.param("    asyncio.get_running_loop().call_later(3600, print)", "timer", marks=pytest.mark.slow),
+    pytest.param("    global EVENT\n    EVENT = asyncio.Event()\n    try:\n"
+                 "        await asyncio.wait_for(EVENT.wait(), 0.001)\n"
+                 "    except asyncio.TimeoutError:\n        pass", "Event", marks=pytest.mark.slow),
 ])
 def test_a_startup_that_leaves_work_on_its_loop_is_left_to_each_worker(box, extra, why):
     """A worker serves its requests on the loop its startup ran on; a fork of the template would
@@ -142,6 +143,7 @@ def test_a_startup_that_leaves_work_on_its_loop_is_left_to_each_worker(box, extr
         assert (state, notes) == expected
 
 
+@pytest.mark.slow  # a sandbox of its own; a task left on the loop and a failing startup run by default
 def test_a_startup_that_starts_a_thread_fails_in_every_worker_as_it_would_in_a_fresh_one(box):
     base = AppSource(app_files("    import threading, time\n    threading.Thread(target=time.sleep, args=(60,), "
                                "daemon=True).start()"), ENTRY)
@@ -164,6 +166,7 @@ def test_a_startup_that_fails_is_no_template_and_each_worker_reports_the_failure
         box.load(base)
 
 
+@pytest.mark.slow  # a sandbox of its own, for an operator's switch; started templates are tested by default
 def test_starting_apps_in_templates_can_be_turned_off_and_then_every_worker_starts_its_own(box):
     box.templates.start_apps = False
     base = AppSource(app_files(), ENTRY)

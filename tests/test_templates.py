@@ -310,6 +310,7 @@ def _wait_until_prepared(sandbox, timeout_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow  # a sandbox of its own, for a template's reuse only; what templates serve runs by default
 def test_a_prepared_template_is_taken_by_the_next_run():
     with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
         sandbox.prepare(BASE)
@@ -323,6 +324,7 @@ def test_a_prepared_template_is_taken_by_the_next_run():
         sandbox.templates.release(again)
 
 
+@pytest.mark.slow  # a sandbox of its own, as above
 def test_a_base_drawn_for_one_grading_prepares_no_next_template():
     """A shadow's base never comes back: taking its prepared template builds no other."""
     with Sandbox(spares=0, templates=2, template_spares=0) as sandbox:
@@ -380,6 +382,7 @@ def test_attack_a_test_run_leaves_nothing_for_the_same_episodes_next_test_run(bo
     box.templates.drop("episode-c")
 
 
+@pytest.mark.slow  # a sandbox of its own, as above
 def test_an_episode_builds_one_template_for_all_its_test_runs():
     from envcore.cache import ScenarioCache
     from envcore.env.episode import Episode
@@ -414,6 +417,7 @@ def test_a_base_whose_import_leaves_a_file_outside_its_folder_open_is_not_used_a
         assert sandbox.templates.stats["refused"] == 1
 
 
+@pytest.mark.slow  # the refusal of a file outside its folder runs by default
 def test_a_base_whose_import_leaves_a_file_of_its_own_folder_open_is_a_template():
     """A SQLite database connected to at import is the common case: the file is the template's own,
     put back with its folder after every worker (its shared offset and flags too)."""

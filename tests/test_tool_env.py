@@ -1,6 +1,6 @@
 """TRL's environment_factory door (envcore/training/tool_env.py): the class's tools are the registry's,
 grading never serializes across a generation batch, an episode cannot end more cheaply by stopping
-early or by breaking its grading, and a tiny GRPO run goes through TRL's own tool loop on CPU."""
+early or by breaking its grading, and a tiny GRPO run goes through TRL's own tool loop on CPU (slow)."""
 
 from __future__ import annotations
 
@@ -170,6 +170,7 @@ def train_key() -> str:
     return key(next(s for s in cache.ids() if cache.split_of(s) == "train"))
 
 
+@pytest.mark.slow  # a training run; the class's tools and gradings are tested by default
 def test_tiny_grpo_through_trls_own_tool_loop(tmp_path, train_key: str) -> None:
     """GRPOTrainer(environment_factory=...) on CPU: TRL renders the tools into the prompt, runs the
     model's native calls against the environment and takes the reward from get_reward."""

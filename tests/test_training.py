@@ -1,5 +1,9 @@
 """The training pipeline end to end: a tiny model trained with GRPO + LoRA through the real
-environment by ``python -m envcore train``, then its adapter, metrics, episode log and evaluation."""
+environment by ``python -m envcore train``, then its adapter, metrics, episode log and evaluation.
+
+Slow, the whole module: a training run in a process of its own. The default run's training smoke is
+the from-scratch job's (SFT then GRPO, tests/test_scratch_job.py) and the parts of this pipeline
+(tests/test_training_parts.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import pytest
 from envcore.env.episode_log import read_episodes
 from envcore.env.reward import COMPONENTS
 from envcore.training.metrics import read_metrics
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_adapter_is_saved_in_peft_format_with_its_config_and_loads(training_run, tiny_model):
@@ -132,7 +138,6 @@ def _remote_config(tmp_path, tiny_model, url, batch):
     return path
 
 
-@pytest.mark.slow  # a second whole training run; the rollouts against a server are tested by default in test_training_parts
 def test_training_against_a_server_checks_its_capacity_first_then_trains_through_it(tmp_path, tiny_model):
     from envcore.env.bench import free_port, start_server, stop_server
 

@@ -4,7 +4,9 @@ Playwright (``executable_path``, no downloaded browser).
 A person plays an episode by hand to a reward breakdown (opening a file, editing it in the code
 editor, sending a request as a seeded user, running the visible tests, submitting), two browsers
 at once get separate episodes, a rollout is opened and stepped through side by side with another
-set, an agent is run live, and the dashboard draws its charts. Screenshots are saved under
+set, an agent is run live, and the dashboard draws its charts. The default run plays the episode by
+hand (the browser smoke test); the rest, and the other browser suites, are marked slow (each of their
+controllers is tested by default without a browser). Screenshots are saved under
 ``build/screenshots/`` (``A01_SCREENSHOT_DIR`` to change). Chromium must be installed (``apt-get
 install chromium``; ``.ci/run`` does it); set ``A01_BROWSER_TESTS=skip`` to leave these tests out
 knowingly on a machine without it.
@@ -138,6 +140,7 @@ def message(page, elem_id: str, text: str) -> str:
     return page.locator(f"#{elem_id}").inner_text()
 
 
+@pytest.mark.slow  # the controllers' messages are tested by default in test_ui_controllers
 def test_every_mistake_is_a_message_beside_its_control_and_the_episode_survives(page):
     from envcore.patching import make_diff
 
@@ -218,6 +221,7 @@ def test_every_mistake_is_a_message_beside_its_control_and_the_episode_survives(
     shot(page, "mistakes-are-messages")
 
 
+@pytest.mark.slow  # separate sessions are tested by default in test_sessions
 def test_two_browser_sessions_play_separate_episodes(browser, server):
     pages = []
     for _ in range(2):
@@ -244,6 +248,7 @@ def test_two_browser_sessions_play_separate_episodes(browser, server):
         page.context.close()
 
 
+@pytest.mark.slow  # Watch's controller runs by default in test_ui_watch
 def test_a_rollout_is_opened_and_stepped_through_side_by_side(page):
     page.get_by_role("tab", name="Watch").click()
     choose(page, "watch-left-set", "Heuristic baseline (scripted) · evals/v2")
@@ -276,6 +281,7 @@ def test_a_rollout_is_opened_and_stepped_through_side_by_side(page):
     shot(page, "watch-live")
 
 
+@pytest.mark.slow  # the charts' figures are tested by default in test_ui_dashboard
 def test_the_dashboard_draws_its_charts(page):
     page.get_by_role("tab", name="Dashboard").click()
     page.locator("#dash-compare-section > button").first.click()  # a closed section: one click away
@@ -300,6 +306,7 @@ def trained_space(training_run):
         yield f"{url}/"
 
 
+@pytest.mark.slow  # a second Space, on a training run
 def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_space, training_run):
     context, page, errors = open_page(browser, trained_space, {"width": 1440, "height": 1200})
     page.get_by_role("tab", name="Dashboard").click()
@@ -329,6 +336,7 @@ def test_the_training_panel_draws_the_curves_of_a_fresh_run(browser, trained_spa
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
+@pytest.mark.slow  # the dashboard's panels are tested by default in test_ui_dashboard
 def test_the_failure_panel_draws_the_shipped_analysis_and_opens_an_example_in_watch(page):
     page.get_by_role("tab", name="Dashboard").click()
     page.locator("#dash-failures-section > button").first.click()  # a closed section: one click away

@@ -25,6 +25,8 @@ from tests.test_ui_data import make_record
 
 skip_unless_wanted()
 
+pytestmark = pytest.mark.slow  # about 50 s; the default run's browser smoke is tests/test_ui_browser.py
+
 CHARTS = ("dash-outcomes", "dash-rates", "dash-components")
 """The charts of the first view (the comparison, training and failure panels are a click away)."""
 DESKTOP, PHONE = {"width": 1280, "height": 800}, {"width": 390, "height": 844}

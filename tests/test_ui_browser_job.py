@@ -15,6 +15,8 @@ from tests.browser_kit import (TIMEOUT_MS, chromium, no_error_overlay, open_page
 
 skip_unless_wanted()
 
+pytestmark = pytest.mark.slow  # a second Space on the smoke job; the job itself runs by default in test_scratch_job
+
 
 @pytest.fixture(scope="module")
 def job_space(smoke_job):

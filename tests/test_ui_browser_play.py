@@ -23,6 +23,8 @@ from tests.browser_kit import (
 
 skip_unless_wanted()
 
+pytestmark = pytest.mark.slow  # about 35 s; the default run's browser smoke is tests/test_ui_browser.py
+
 IDOR_READ = "ab8f867487219d4e"
 """A training scenario: zoe.lindqvist70 owns note 32963 and viktor.kim89 must not read it."""
 

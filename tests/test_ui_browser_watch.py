@@ -28,6 +28,8 @@ from tests.browser_kit import (
 
 skip_unless_wanted()
 
+pytestmark = pytest.mark.slow  # about 50 s; the default run's browser smoke is tests/test_ui_browser.py
+
 PACE_S = 1.0
 """Seconds between two live steps here: slow enough to press Stop mid-way."""
 DESKTOP = {"width": 1280, "height": 800}

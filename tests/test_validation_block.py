@@ -52,6 +52,7 @@ def test_the_shipped_canary_trajectories_are_the_ones_the_script_writes() -> Non
     assert all(item["split"] == "train" for item in shipped)  # no test scenario's routes written down
 
 
+@pytest.mark.slow  # the canaries' verdicts are tested by default in test_canaries
 def test_no_canary_trajectory_earns_more_than_the_untouched_app(sandbox) -> None:
     from validation.canaries import replay
 

@@ -1,6 +1,7 @@
-"""The verifier through the sandbox: every bug class's fix grades FULL and its vulnerable app NO,
-load errors are the app's fault, infrastructure errors are nobody's (reward None), and the
-SWE-bench-style resolution table."""
+"""The verifier through the sandbox: every bug class's fix grades FULL and its vulnerable app NO (in
+the slow run; by default a partial fix and deny-all are graded here, and test_exploit_coverage grades
+reference and narrow fixes through verify()), load errors are the app's fault, infrastructure errors
+are nobody's (reward None), and the SWE-bench-style resolution table."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def one_per_class(shipped):
     return chosen
 
 
+@pytest.mark.slow  # 24 verifications; sandbox-vs-in-process parity runs by default in test_sandbox
 def test_every_bug_class_fix_is_full_and_vulnerable_app_is_no(sandbox, shipped):
     chosen = one_per_class(shipped)
     assert len(chosen) == 12
@@ -175,6 +177,7 @@ def test_score_follows_resolution():
     assert score(None, T()) is None
 
 
+@pytest.mark.slow  # 24 verifications; probe order is attacked by default in test_sandbox_isolation
 def test_random_probe_order_never_changes_a_verdict(sandbox, shipped):
     """Probes are sent in a fresh random order each time, each on a freshly loaded app, so the
     verdict never depends on the order (tests/test_sandbox_isolation.py attacks this directly)."""
