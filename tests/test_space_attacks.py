@@ -821,7 +821,7 @@ def test_one_visitor_cannot_push_another_players_records_out_of_the_play_log(tmp
         assert hub.debrief(player)["recorded"] is True
         hub.close(player)
         recorded = []
-        for i in range(30):  # a script plays and submits as fast as it can from one address
+        for i in range(12):  # a script plays and submits as fast as it can from one address (quota: about 4)
             sid = hub.open(visitor=Visitor(client="203.0.113.30", page=f"script-{i}"))
             hub.reset(sid, seed=i, split="test", agent_id=f"human:flood-{i}")
             hub.step(sid, {"tool": "submit"})
@@ -830,7 +830,7 @@ def test_one_visitor_cannot_push_another_players_records_out_of_the_play_log(tmp
     finally:
         hub.shutdown()
     # its quota's worth (a smaller record may still fit after a larger one was refused), then scored but not recorded
-    assert recorded[0] and 1 <= recorded.count(True) < 15 and recorded.count(False) > 15, recorded
+    assert recorded[0] and 1 <= recorded.count(True) <= 6 and recorded.count(False) >= 6, recorded
     assert 0 <= log.quota_left("203.0.113.30") < log.visitor_bytes
     human = next(s for s in artifact_sets.discover(folder) if s.kind == "human")
     players = [r.agent_id for r in artifact_sets.load_records(human)]
