@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envcore.factory import yaml_positions
 from envcore.factory.compiler import difficulty_score, tier_of
+from envcore.factory.scenario_base import compose_app
 from envcore.factory.yaml_positions import Positions
 from envcore.filetree import tree_problem
 from envcore.patching import PatchError, apply_patch, changed_lines
@@ -175,39 +176,50 @@ def _validation_lines(name: str, exc: ValidationError, positions: Positions | No
     return lines
 
 
-def _read_app(app_dir: Path, problems: list[str]) -> dict[str, str]:
-    files: dict[str, str] = {}
+def _read_app(app_dir: Path, problems: list[str], label: str = APP_DIR) -> dict[str, str] | None:
+    """The files under ``app_dir`` (``None`` when it is missing), each problem named ``<label>/<path>``:
+    the scenario's own ``app/``, or a base's (``../_upstream/dvra/app``, see ``scenario_base``)."""
+    if app_dir.is_symlink():  # a link could lead anywhere on the importer's machine
+        problems.append(f"{label}/: symbolic links are not allowed")
+        return None
     if not app_dir.is_dir():
-        problems.append(f"{APP_DIR}/: missing (the app's source folder)")
-        return files
+        problems.append(f"{label}/: missing (the app's source folder)")
+        return None
+    files: dict[str, str] = {}
     for path in sorted(app_dir.rglob("*")):
         if path.is_symlink():
-            problems.append(f"{APP_DIR}/{path.relative_to(app_dir)}: symbolic links are not allowed")
+            problems.append(f"{label}/{path.relative_to(app_dir)}: symbolic links are not allowed")
             continue
         if not path.is_file() or "__pycache__" in path.parts:
             continue
         rel = path.relative_to(app_dir).as_posix()
         if path.stat().st_size > MAX_FILE_BYTES:
-            problems.append(f"{APP_DIR}/{rel}: larger than {MAX_FILE_BYTES} bytes")
+            problems.append(f"{label}/{rel}: larger than {MAX_FILE_BYTES} bytes")
             continue
         data = path.read_bytes()
         if is_sqlite_file(data):  # a shipped database: kept as SQL text, rebuilt before the app loads
             try:
                 files[rel] = dump_text(data)
             except sqlite3.Error as exc:
-                problems.append(f"{APP_DIR}/{rel}: a SQLite database that cannot be read ({exc})")
+                problems.append(f"{label}/{rel}: a SQLite database that cannot be read ({exc})")
             continue
         try:
             files[rel] = data.decode("utf-8")
         except UnicodeDecodeError:
-            problems.append(f"{APP_DIR}/{rel}: not UTF-8 text (binary files other than SQLite databases are not supported)")
+            problems.append(f"{label}/{rel}: not UTF-8 text (binary files other than SQLite databases are not supported)")
+    return files
+
+
+def _app_problems(files: dict[str, str]) -> list[str]:
+    """What the app as a whole (with its base's files, if it has one) must not be."""
+    problems = []
     if len(files) > MAX_FILES:
         problems.append(f"{APP_DIR}/: more than {MAX_FILES} files")
     elif (problem := tree_problem(files)) is not None:  # what an agent's patch of it could never be
         problems.append(f"{APP_DIR}/: {problem}")
     if not any(rel.endswith(".py") for rel in files):
         problems.append(f"{APP_DIR}/: no Python files")
-    return files
+    return problems
 
 
 def _count_routes(files: dict[str, str]) -> int:
@@ -245,7 +257,9 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
     positions: dict[str, Positions] = {}
     raw_meta = _read_yaml(folder / METADATA, problems, positions)
     raw_probes = _read_yaml(folder / PROBES, problems, positions)
-    files = _read_app(folder / APP_DIR, problems)
+    raw_meta, app = compose_app(folder, raw_meta, problems, _read_app)  # with `base`: another folder's app/ below
+    files = app or {}
+    problems += _app_problems(files) if app is not None else []
     meta: ScenarioMetadata | None = None
     if raw_meta is None and (folder / METADATA).is_file() and not any(p.startswith(METADATA) for p in problems):
         problems.append(f"{METADATA}: empty")
