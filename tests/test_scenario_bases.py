@@ -9,8 +9,10 @@ refused when it is missing, leads out of the folder that holds the scenario, or 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -18,11 +20,27 @@ import yaml
 
 from envcore.cache import ScenarioCache
 from envcore.cli import main
-from envcore.factory.byo import ImportProblem, load_bundle_dir
+from envcore.factory.byo import ImportProblem, export_bundle_dir, load_bundle_dir
 from envcore.factory.scenario_base import MAX_DEPTH
 
 ROOT = Path(__file__).resolve().parent.parent
+EXTERNAL = ROOT / "scenarios" / "external"
 EXAMPLE = ROOT / "examples" / "byo" / "clinic-records"
+
+HASHES_BEFORE_THE_BASES = {
+    "apix-bfla-delete-user": "7f1746799fc21bdfc5b78705696d37303c4ea3bdd09bc1ed93ca76a6cf711168",
+    "apix-bola-user-profile": "bca8ef83201c75fb54039c0c221c3a3413e8f7a2b7a0e1a21a5cf818aebf31c4",
+    "apix-order-completion": "939aa7f1f5b6ec0ed997296d5775b0eb0042cddbc5b39c41276536a86801e485",
+    "dvra-delivery-orders-exposed": "38a445f0d455ceec3e144c5dc3d48c74f3ae127b0ad37e3c35aa93309a5cf20e",
+    "dvra-menu-item-deletion": "aeda9f39885404fe2467bcd8ba32d1b60782b0d43b22b8efdd3657714294e274",
+    "dvra-order-idor": "8109e67fe9f464f9baff0d21baa4155f615a9e0bfac248eb85d5ef279bce16aa",
+    "dvra-profile-mass-assignment": "93a7ca8cd70a92838f1982de75d2bd01b4eb5640cb5ead2b368552605df9ecdf",
+    "dvra-profile-update-idor": "f48ba124dd7f5cf5139f8f88c9e21393b5a5acb4c2dc4a8050d0aa412b3cbef9",
+    "dvra-role-escalation": "fd76a888221acec0b5187e9de338ec91f9b2a205ac6fbde4f1098394b4b19938",
+    "dvra-unverified-jwt": "8b6021bdfc2424888303676b5dbf68c55e71451bf281e8dd427904c1b176dc3c",
+}
+"""Each external scenario's content hash as imported while every scenario folder held the whole app
+(the ids of the shipped cache v5's external split): sharing a base changes no bundle."""
 
 
 def _problem(folder: Path) -> str:
@@ -48,6 +66,51 @@ def collection(tmp_path: Path) -> Path:
     shutil.copytree(EXAMPLE, scenario, ignore=shutil.ignore_patterns("__pycache__", "app"))
     _set_base(scenario, "../_upstream/clinic")
     return root
+
+
+# -- the external split: one copy of each app, the same bundles -------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(HASHES_BEFORE_THE_BASES))
+def test_every_external_scenario_imports_to_the_hash_it_had_before_the_bases(name):
+    assert load_bundle_dir(EXTERNAL / name).content_hash() == HASHES_BEFORE_THE_BASES[name]
+
+
+def test_each_upstream_app_is_held_once_under_scenarios_external():
+    """No app file (same path under app/, same bytes) is kept in two folders: a scenario's own app/
+    holds only what differs from its base."""
+    holders: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for app_dir in sorted(EXTERNAL.glob("**/app")):
+        if app_dir.parent.name == "app" or not app_dir.is_dir():
+            continue
+        for path in app_dir.rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                holders[(path.relative_to(app_dir).as_posix(), digest)].append(str(app_dir.relative_to(EXTERNAL)))
+    assert holders, "no app found"
+    assert not {key: where for key, where in holders.items() if len(where) > 1}
+
+
+def test_factory_import_of_a_based_external_scenario_files_every_file_under_the_old_id(tmp_path, capsys):
+    name = "apix-bola-user-profile"
+    cache = tmp_path / "cache"
+    assert main(["factory", "import", str(EXTERNAL / name), "--out", str(cache), "--split", "external",
+                 "--runner", "inprocess"]) == 0
+    scenario_id = HASHES_BEFORE_THE_BASES[name][:16]
+    assert f"imported {scenario_id}" in capsys.readouterr().out
+    bundle = ScenarioCache.open(cache).load(scenario_id)
+    base_app = EXTERNAL / "_upstream" / "apix" / "app"
+    assert bundle.files == {p.relative_to(base_app).as_posix(): p.read_text(encoding="utf-8")
+                            for p in sorted(base_app.rglob("*.py"))}
+
+
+def test_an_exported_based_scenario_is_self_contained_and_imports_to_the_same_hash(tmp_path):
+    name = "dvra-order-idor"
+    bundle = load_bundle_dir(EXTERNAL / name)
+    alone = export_bundle_dir(bundle, tmp_path / "elsewhere" / name)  # no _upstream beside it
+    assert "base" not in yaml.safe_load((alone / "scenario.yaml").read_text(encoding="utf-8"))
+    assert {p.relative_to(alone / "app").as_posix() for p in (alone / "app").rglob("*") if p.is_file()} == set(bundle.files)
+    assert load_bundle_dir(alone).content_hash() == HASHES_BEFORE_THE_BASES[name]
 
 
 # -- composing: the base's app, less what the scenario removes, with its own files over it ----------

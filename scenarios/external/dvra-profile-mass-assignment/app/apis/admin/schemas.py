@@ -1,5 +1,0 @@
-from pydantic import BaseModel
-
-
-class DiskUsage(BaseModel):
-    output: str

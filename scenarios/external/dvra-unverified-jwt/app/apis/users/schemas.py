@@ -1,6 +1,0 @@
-from pydantic import BaseModel
-
-
-class UserRoleUpdate(BaseModel):
-    username: str
-    role: str
