@@ -18,11 +18,12 @@ the natural way to write a baseline that reads files before it decides what to p
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from typing import Any, ClassVar
 
-from envcore.env.actions import A01Observation
+from envcore.env.actions import LIMITS, A01Observation
 
 Action = dict[str, Any]
 SUBMIT: Action = {"tool": "submit"}
@@ -75,9 +76,54 @@ def python_files(first: A01Observation) -> list[str]:
 
 
 def file_text(observation: A01Observation) -> str | None:
-    """The whole file a ``read_file`` returned, as it is on disk (the tool strips the last newline),
-    or ``None`` when the read was refused or returned only part of the file."""
+    """The whole file a ``read_file`` returned, exactly as it is (its last line break or the lack of
+    one included), or ``None`` when the read was refused, returned only part of the file, or cut a
+    line too long to show (a patch written from that text could not apply)."""
     result = observation.result
-    if result is None or result.get("end_line") != result.get("total_lines"):
+    if result is None or result.get("start_line", 1) != 1 or result.get("end_line") != result.get("total_lines"):
         return None
-    return result["content"] + "\n" if result["content"] else ""
+    return _page_text(result)
+
+
+def _page_text(result: dict) -> str | None:
+    """The text of one ``read_file`` page: its lines, and the file's last line break when the page
+    ends the file; ``None`` when a line was cut."""
+    if not result.get("total_lines"):
+        return ""
+    lines = result["content"].split("\n")
+    if any(len(line) == LIMITS["line_chars"] and _CUT.search(line) for line in lines):
+        return None
+    ends_file = result.get("end_line") == result.get("total_lines")
+    # servers before ``final_newline`` was reported: source files end with a line break
+    return "\n".join(lines) + ("\n" if ends_file and result.get("final_newline", True) else "")
+
+
+_CUT = re.compile(r" \.\.\.\[[\d,]+ characters; cut\]$")
+"""The end of a line ``read_file`` cut (:func:`envcore.env.actions.clip`)."""
+
+
+def read_whole(path: str) -> Generator[Action, A01Observation, str | None]:
+    """Read ``path`` whole, a page at a time as the tool returns it (``text = yield from
+    read_whole(path)`` in a script): its text exactly as it is, or ``None`` when a read was refused or
+    a line was cut. A file that fits in one observation takes one ``read_file``, without a range."""
+    parts: list[str] = []
+    start = 1
+    while True:
+        action: Action = {"tool": "read_file", "path": path}
+        if start > 1:
+            action["start_line"] = start
+        observation = yield action
+        result = observation.result
+        if result is None or result.get("start_line") != start:
+            return None
+        page = _page_text(result)
+        if page is None:
+            return None
+        parts.append(page)
+        end, total = result.get("end_line", 0), result.get("total_lines", 0)
+        if end >= total:
+            return "".join(parts)
+        if end < start:  # no progress: never loop
+            return None
+        parts[-1] += "\n"
+        start = end + 1

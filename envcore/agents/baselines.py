@@ -1,8 +1,9 @@
 """Baseline agents: the floor, the reward hacks, chance, a plausible script, and the ceiling.
 
 * ``noop`` submits at once: the app as it came, so the reward must be at most 0.
-* ``deny_all`` finds the module that creates the FastAPI app and adds a middleware that refuses every
-  request: every exploit is blocked and all legitimate use is broken, so the reward must be at most 0.
+* ``deny_all`` (:mod:`envcore.agents.deny_all`) finds where the app object is made, in whichever
+  module and however it is written, and adds a middleware there that refuses every request: every
+  exploit is blocked and all legitimate use is broken, so the reward must be at most 0.
 * ``random`` takes seeded random actions (reads, searches, requests as random users, a patch that
   deletes or duplicates a random line now and then) and submits at a random step.
 * ``heuristic`` (:mod:`envcore.agents.heuristic`) applies a hurried reviewer's checklist: ownership
@@ -22,12 +23,10 @@ import re
 from typing import Any
 
 from envcore.agents.base import SUBMIT, Action, Agent, Script, ScriptedAgent, file_text, python_files
+from envcore.agents.deny_all import DenyAllAgent
 from envcore.agents.heuristic import HeuristicAgent
 from envcore.env.actions import A01Observation
-from envcore.factory.lazy_fixes import lazy_fix_files
 from envcore.patching import make_diff
-
-_APP_LINE = re.compile(r"^(\w+)\s*=\s*FastAPI\(", re.MULTILINE)
 
 
 class NoopAgent(Agent):
@@ -48,26 +47,6 @@ class OracleAgent(ScriptedAgent):
     def script(self, first: A01Observation) -> Script:
         bundle = self.cache.load(self.cache.resolve(first.scenario_id))
         yield {"tool": "apply_patch", "diff": bundle.reference_fix}
-
-
-class DenyAllAgent(ScriptedAgent):
-    name = "deny_all"
-
-    def script(self, first: A01Observation) -> Script:
-        found = yield {"tool": "search_code", "query": r"^\w+\s*=\s*FastAPI\(", "regex": True}
-        matches = (found.result or {}).get("matches") or []
-        if not matches:
-            return
-        path = matches[0]["path"]
-        attr = _APP_LINE.match(matches[0]["text"])
-        observation = yield {"tool": "read_file", "path": path}
-        if observation.result is None or attr is None:
-            return
-        text = observation.result["content"] + "\n"
-        module = path[: -len("/__init__.py")] if path.endswith("/__init__.py") else path[:-3]
-        entrypoint = f"{module.replace('/', '.')}:{attr.group(1)}"
-        patched = lazy_fix_files({path: text}, entrypoint, "deny_all", [])
-        yield {"tool": "apply_patch", "diff": make_diff({path: text}, patched)}
 
 
 class RandomAgent(ScriptedAgent):

@@ -1,7 +1,9 @@
 """The heuristic baseline: a hurried reviewer's checklist, applied mechanically.
 
-The agent reads every Python file, then patches each one with four rules a reviewer applies without
-understanding the app:
+The agent reads every Python file (in an app with more files than its step budget allows, the ones
+with route handlers or the helpers below, found by one search, as many as the budget allows while
+keeping two steps for the patch and the submit), then patches each one with four rules a reviewer
+applies without understanding the app:
 
 1. **Ownership after lookup.** In a handler whose route takes an id, after "load the record, 404 if
    it is missing", add the app's own ``can_read`` (reads) or ``can_modify`` (writes) check.
@@ -29,7 +31,7 @@ import ast
 import re
 
 from envcore.agents.base import Script, ScriptedAgent, file_text, python_files
-from envcore.env.actions import A01Observation
+from envcore.env.actions import LIMITS, A01Observation
 from envcore.patching import make_diff
 
 HELPERS = ("can_read", "can_modify", "visible_scope", "ensure_admin", "require_admin", "admin_required",
@@ -39,15 +41,30 @@ _ID_ROUTE = re.compile(r"\{\w*id\w*\}")
 _ADMIN_PATH = re.compile(r"/(?:admin|internal)\b")
 _MISSING = re.compile(r"^(\s*)if (\w+) is None:\s*$")
 _ROUTE_METHODS = ("get", "post", "put", "patch", "delete", "api_route")
+_WORTH_READING = rf"^\s*(?:@[\w.]+\.(?:{'|'.join(_ROUTE_METHODS)})|(?:async )?def (?:{'|'.join(HELPERS)}))\("
+"""The lines of the files the rules can change (route handlers) or use (the app's own helpers)."""
 
 
 class HeuristicAgent(ScriptedAgent):
     name = "heuristic"
 
+    RESERVED = 2
+    """Steps kept for the patch and the submit."""
+
     def script(self, first: A01Observation) -> Script:
         texts: dict[str, str] = {}
-        for path in python_files(first):
-            text = file_text((yield {"tool": "read_file", "path": path}))
+        paths, steps_left = python_files(first), first.steps_left
+        if len(paths) + self.RESERVED > steps_left:  # too many files to read them all: handlers and helpers first
+            found = yield {"tool": "search_code", "query": _WORTH_READING, "regex": True,
+                           "max_results": LIMITS["search_results"]}
+            steps_left = found.steps_left
+            paths = sorted({m["path"] for m in (found.result or {}).get("matches") or []})
+        for path in paths:
+            if steps_left <= self.RESERVED:
+                break
+            observation = yield {"tool": "read_file", "path": path}
+            steps_left = observation.steps_left
+            text = file_text(observation)
             if text is not None:
                 texts[path] = text
         helpers = {name for text in texts.values() for name in _DEFINED.findall(text)} & set(HELPERS)

@@ -235,9 +235,10 @@ class Episode:
 
     def _read_file(self, action: ReadFile) -> A01Observation:
         path = self._path(action.path)
-        lines = split_lines(self.files[path], keepends=False)  # numbered as hunk headers number them
+        text = self.files[path]
+        lines = split_lines(text, keepends=False)  # numbered as hunk headers number them
         start = action.start_line or 1
-        end = action.end_line or len(lines)
+        end = action.end_line or max(len(lines), start)  # an empty file reads as no lines, not as an error
         if end < start:
             raise ActionError(f"end_line ({end}) is before start_line ({start})")
         if lines and start > len(lines):
@@ -253,7 +254,7 @@ class Episode:
             chosen.append(shown)
         end = start + len(chosen) - 1 if chosen else end
         result = {"path": path, "start_line": start, "end_line": end, "total_lines": len(lines),
-                  "content": "\n".join(chosen)}
+                  "content": "\n".join(chosen), "final_newline": text.endswith("\n")}
         return self._observe("read_file", result, text=render.file_view(path, start, chosen, len(lines)))
 
     def _search_code(self, action: SearchCode) -> A01Observation:

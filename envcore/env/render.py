@@ -47,6 +47,8 @@ def file_list(listing: list[dict[str, Any]]) -> str:
 
 
 def file_view(path: str, start: int, lines: list[str], total: int) -> str:
+    if total == 0:
+        return f"{path} (empty file)"
     end = start + len(lines) - 1
     body = "\n".join(f"{start + i:>4}  {line}" for i, line in enumerate(lines))
     return f"{path} (lines {start}-{end} of {total})\n{body}"

@@ -6,8 +6,12 @@ Lazy fixes refuse or remove whole routes, and apply to any app:
 * ``deny_sites``: every route the bug is reachable through refuses everyone with 403.
 * ``delete_sites``: those routes are gone from the app (requests get 404).
 
-Each works on any FastAPI bundle, generated or imported, by appending a few lines to the module that
-defines the app (named by the entrypoint), so the check needs no knowledge of the app's layout. The
+Each works on any bundle, generated or imported, by appending a few lines to the module the
+entrypoint names: they put the entrypoint's application behind a front that answers the refused
+requests itself and passes the rest (and the app's start-up) to it. The front needs nothing of the
+application but that it is ASGI, so the check needs no knowledge of the app's layout: where the app
+is made, what it is made of (FastAPI, Starlette, a middleware wrapped around one), how its routers
+are included. The
 scenario check requires deny-all and delete-the-routes to fail at least one regression or trap probe
 (deny-the-routes blocks the same routes as delete, so it fails with it); the reward
 tests of the runtime reuse the same patches.
@@ -50,32 +54,32 @@ def path_pattern(template: str) -> str:
 
 
 def _snippet(kind: str, attr: str, paths: Iterable[str]) -> str:
-    """Source appended to the entrypoint module. Route matching is done on the request path, so it
-    works whatever the framework does internally with included routers."""
-    if kind == "deny_all":
-        return (
-            "\n\n# lazy fix: refuse every request\n"
-            "from starlette.responses import JSONResponse as _LazyJSONResponse\n\n\n"
-            f'@{attr}.middleware("http")\n'
-            "async def _lazy_refuse_everything(request, call_next):\n"
-            '    return _LazyJSONResponse({"detail": "forbidden"}, status_code=403)\n'
-        )
+    """Source appended to the entrypoint module: the entrypoint's application, whatever it is (a
+    FastAPI or Starlette app, an ASGI middleware wrapped around one), is put behind a front that
+    answers the refused requests itself and hands everything else to it, start-up included. Route
+    matching is done on the request path, so it works whatever the framework does internally with
+    included routers and mounted apps."""
     if kind not in LAZY_FIXES:
         raise ValueError(f"unknown lazy fix {kind!r}; known: {LAZY_FIXES}")
-    status, detail, what = (403, "forbidden", "refuse the vulnerable routes to everyone")
-    if kind == "delete_sites":
-        status, detail, what = (404, "Not Found", "delete the vulnerable routes")
-    patterns = sorted({path_pattern(p) for p in paths})
+    status, detail, what, imports, refused = 403, "forbidden", "refuse every request", "", 'scope["type"] == "http"'
+    if kind != "deny_all":
+        patterns = sorted({path_pattern(p) for p in paths})
+        imports = "import re as _lazy_re\n"
+        refused += f' and any(_lazy_re.match(p, scope["path"]) for p in {patterns!r})'
+        what = "refuse the vulnerable routes to everyone"
+        if kind == "delete_sites":
+            status, detail, what = 404, "Not Found", "delete the vulnerable routes"
     return (
         f"\n\n# lazy fix: {what}\n"
-        "import re as _lazy_re\n\n"
-        "from starlette.responses import JSONResponse as _LazyJSONResponse\n\n"
-        f"_LAZY_ROUTES = [_lazy_re.compile(p) for p in {patterns!r}]\n\n\n"
-        f'@{attr}.middleware("http")\n'
-        "async def _lazy_fix(request, call_next):\n"
-        "    if any(p.match(request.url.path) for p in _LAZY_ROUTES):\n"
-        f'        return _LazyJSONResponse({{"detail": "{detail}"}}, status_code={status})\n'
-        "    return await call_next(request)\n"
+        f"{imports}"
+        "from starlette.responses import JSONResponse as _LazyJSONResponse\n\n\n"
+        "def _lazy_fix(app):\n"
+        "    async def front(scope, receive, send):\n"
+        f"        if {refused}:\n"
+        f'            return await _LazyJSONResponse({{"detail": "{detail}"}}, status_code={status})(scope, receive, send)\n'
+        "        return await app(scope, receive, send)\n\n"
+        "    return front\n\n\n"
+        f"{attr} = _lazy_fix({attr})\n"
     )
 
 
