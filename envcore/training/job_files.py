@@ -50,7 +50,7 @@ JOB_WHEELS = (
     # the libraries an app under repair may import (envcore.sandbox.app_runtime.APP_DISTRIBUTIONS)
     "SQLAlchemy", "greenlet", "sqlmodel", "PyJWT", "python-jose", "ecdsa", "rsa", "pyasn1", "passlib", "bcrypt",
     "pwdlib", "argon2-cffi", "argon2-cffi-bindings", "cffi", "pycparser", "cryptography", "pydantic-settings",
-    "email-validator", "dnspython",
+    "email-validator", "dnspython", "aiosqlite", "itsdangerous", "slowapi", "limits", "Deprecated", "Faker",
 )
 """Distributions the job imports (it, its sandbox's zygote and the apps' libraries) that the GPU
 machine's image lacks. ``tests/test_scratch_job.py`` checks the list against what the smoke job
