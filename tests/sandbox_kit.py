@@ -47,6 +47,8 @@ import sys as _sys
 _audit = _sys.modules["envcore.sandbox.audit"]  # loaded by the zygote: importing it raises no event
 _audit.DENIED_EVENTS = frozenset()
 _audit.DENIED_PREFIXES = ("\\x00",)
+_audit.NETWORK_EVENTS = frozenset()
+_audit.NETWORK_PREFIXES = ("\\x00",)
 _audit.DENIED_MODULES = frozenset()
 _audit._under = lambda path, roots: True
 '''

@@ -11,7 +11,10 @@ the last step before app code runs. It refuses:
   has loaded, where Landlock is available, the kernel refuses creating any, see
   :func:`envcore.sandbox.containment.prepare_freeze`);
 * processes and programs (``os.system``, ``os.exec*``, ``os.fork``, ``subprocess``, ``pty``),
-  signals (``os.kill``), sockets and every network client in the standard library;
+  signals (``os.kill``), sockets, name lookups and every network client of the standard library
+  where it connects (:data:`NETWORK_EVENTS`): a refusal is a ``PermissionError``, an ``OSError`` like
+  any network failure, raised at once, so an app's own error handling for a service that cannot be
+  reached runs as it would anywhere;
 * ``ctypes`` in any form, SQLite extension loading, ``fcntl.ioctl``, changing resource limits,
   installing audit hooks, and the garbage collector's object walks;
 * importing modules that exist only to do the above (``ctypes``, ``_posixsubprocess``,
@@ -31,15 +34,24 @@ import os
 import sys
 from typing import Any, Callable, Iterable
 
+NETWORK_EVENTS = frozenset({
+    "http.client.connect", "ftplib.connect", "smtplib.connect", "poplib.connect", "imaplib.open",
+    "nntplib.connect", "telnetlib.Telnet.open",
+})
+"""Where a network client of the standard library connects. Refused there, at the connection, and
+not sooner (``urllib.request.urlopen`` raises no refusal of its own): each client's own error handling
+is around its connection, so an app's ``except URLError`` or ``except requests.ConnectionError``
+meets the refusal as it would meet a network that is down."""
+NETWORK_PREFIXES = ("socket.",)
+"""Every socket event: creating, binding, connecting, name lookups (``socket.getaddrinfo``)."""
 DENIED_EVENTS = frozenset({
     "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
     "os.link", "os.symlink", "subprocess.Popen", "pty.spawn", "signal.pthread_kill", "fcntl.ioctl",
     "resource.setrlimit", "resource.prlimit", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
     "gc.get_referents", "sqlite3.enable_load_extension", "sqlite3.load_extension", "webbrowser.open",
-    "urllib.Request", "http.client.connect", "ftplib.connect", "smtplib.connect", "poplib.connect",
-    "imaplib.open", "nntplib.connect", "telnetlib.Telnet.open", "os.startfile", "winreg.ConnectRegistry",
+    "os.startfile", "winreg.ConnectRegistry",
 })
-DENIED_PREFIXES = ("ctypes.", "socket.", "_winapi.", "msvcrt.")
+DENIED_PREFIXES = ("ctypes.", "_winapi.", "msvcrt.")
 DENIED_MODULES = frozenset({
     "ctypes", "_ctypes", "_posixsubprocess", "subprocess", "multiprocessing", "_multiprocessing", "pty",
     "_xxsubinterpreters", "_testcapi", "_testinternalcapi",
@@ -146,6 +158,8 @@ class AuditPolicy:
             return self._may_write(args[0] if args else None) or self._count_new(args[0] if args else None)
         if event == "ctypes.call_function" and self.permitted_call is not None and args and args[0] == self.permitted_call:
             return None
+        if event in NETWORK_EVENTS or event.startswith(NETWORK_PREFIXES):
+            return f"no network in the sandbox ({event} refused)"
         if event in DENIED_EVENTS or event.startswith(DENIED_PREFIXES):
             return f"{event} is not allowed in the sandbox"
         if event == "import":
