@@ -565,16 +565,16 @@ def test_an_app_importing_a_library_it_may_not_use_is_told_the_rule_and_the_fix(
 
 
 def test_an_installed_module_that_is_not_an_app_library_is_refused_in_the_sandbox_as_missing(tmp_path, capsys):
-    """``requests`` is installed (the project's tools need it) but is not a library an app may use:
+    """``numpy`` is installed (the Space's charts need it) but is not a library an app may use:
     the sandbox refuses it as missing, so an optional import takes its fallback and a plain one
     fails to load with the rule; the docs list exactly what an app may import."""
-    optional = 'try:\n    import requests as _http\nexcept ImportError:\n    _http = None\nassert _http is None\n'
+    optional = 'try:\n    import numpy as _np\nexcept ImportError:\n    _np = None\nassert _np is None\n'
     files, fixed = arranged("store.py", "auth.py", "notes.py", "main.py", main_prelude=optional)
     code = main(["factory", "import", str(scenario_folder(tmp_path / "optional", files, fixed, "main:app")),
                  "--out", str(tmp_path / "cache")])
     assert code == 0, capsys.readouterr().out
-    files, fixed = arranged("store.py", "auth.py", "notes.py", "main.py", main_prelude="import requests\n")
+    files, fixed = arranged("store.py", "auth.py", "notes.py", "main.py", main_prelude="import numpy\n")
     folder = scenario_folder(tmp_path / "plain", files, fixed, "main:app")
     assert main(["factory", "import", str(folder), "--out", str(tmp_path / "cache")]) == 1
     out = capsys.readouterr().out
-    assert "No module named 'requests' for apps" in out and "What an app may import" in out
+    assert "No module named 'numpy' for apps" in out and "What an app may import" in out

@@ -17,17 +17,34 @@ large sorts; :func:`keep_sqlite_journals_in_memory` makes every connection keep 
 journal is only there to survive a crash, which a worker never needs to), so writes keep working
 after the folder is frozen. An app that switches to WAL itself needs ``-wal`` and ``-shm`` files and
 must create them while it loads.
+
+**The app's own module names.** An app's files are importable by their names, as when it is run from
+its own folder (``main.py`` is ``main``, ``api/`` is ``api``), and a scenario brings a library that is
+not provided the same way: a stand-in ``app/stripe.py`` is what ``import stripe`` loads.
+:func:`app_module_names` decides which top-level names the app's files may own, the same in every
+runner and whatever the process imported before: never a standard-library module, a library an app
+may import (or one it needs), the runtime's own package or a module the interpreter imports by itself
+(``sitecustomize``). A file with such a name is not what its import loads: ``app/json.py`` leaves
+``import json`` the standard library's, so no patch can put its own code under a name that library
+code (or a later import in the same process) trusts to be the installed one.
+
+**TLS trust store.** HTTP clients build an SSL context when a client is made (httpx does, for plain
+``http://`` too), reading certifi's CA bundle from the installation, which a worker may no longer
+read once its app has loaded; :func:`keep_ca_bundle_in_memory` serves that one file from memory, so
+making a client works and the request itself fails where every network call does.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import re
 import sqlite3
 import sqlite3.dbapi2
+import ssl
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from envcore.sandbox.audit import DENIED_MODULES
@@ -35,6 +52,7 @@ from envcore.sandbox.audit import DENIED_MODULES
 APP_LIBRARIES = (
     "uvicorn",
     "sqlalchemy", "sqlalchemy.orm", "sqlalchemy.ext.asyncio", "sqlalchemy.dialects.sqlite",
+    "sqlalchemy.dialects.sqlite.aiosqlite", "greenlet", "aiosqlite",
     "sqlmodel",
     "jwt",
     "jose", "jose.jwt",
@@ -42,18 +60,30 @@ APP_LIBRARIES = (
     "bcrypt",
     "pwdlib", "pwdlib.hashers.argon2", "pwdlib.hashers.bcrypt",
     "argon2",
-    "pydantic_settings",
+    "pydantic_settings", "dotenv",
     "multipart", "python_multipart",
     "email_validator",
+    "itsdangerous", "starlette.middleware.sessions",
+    "jinja2", "fastapi.templating",
+    "yaml",
+    "requests", "httpx",
+    "slowapi", "limits", "limits.storage", "limits.aio.storage",
+    "faker",
 )
 """Modules the zygote imports for every app (the libraries' public entry points); their submodules
 load on demand from the Python installation, which a worker may read."""
 
 
 APP_DISTRIBUTIONS = (
-    "fastapi", "starlette", "pydantic", "anyio", "uvicorn", "SQLAlchemy", "sqlmodel", "PyJWT", "python-jose",
-    "passlib", "bcrypt", "pwdlib", "argon2-cffi", "pydantic-settings", "python-multipart", "email-validator",
-    "cryptography",  # python-jose[cryptography], as FastAPI's own tutorial installs it
+    "fastapi", "starlette", "pydantic", "anyio", "uvicorn",
+    "SQLAlchemy", "sqlmodel", "aiosqlite", "greenlet",  # greenlet: SQLAlchemy's asyncio extension runs on it
+    "PyJWT", "python-jose", "cryptography",  # python-jose[cryptography], as FastAPI's own tutorial installs it
+    "passlib", "bcrypt", "pwdlib", "argon2-cffi",
+    "pydantic-settings", "python-dotenv", "python-multipart", "email-validator",
+    "itsdangerous", "Jinja2", "PyYAML",
+    "requests", "httpx",
+    "slowapi", "limits",
+    "Faker",
 )
 """The distributions an app may import (docs/bundle-format.md), with everything they require."""
 
@@ -94,6 +124,53 @@ def importable_modules() -> frozenset[str]:
                    if any(distribution_name(d) in wanted for d in dists)}
         _IMPORTABLE = frozenset(modules | set(sys.stdlib_module_names) | set(sys.builtin_module_names))
     return _IMPORTABLE
+
+
+INTERPRETER_MODULES = ("sitecustomize", "usercustomize", "__main__")
+"""Modules the interpreter imports by itself (at start-up, or as the script it runs): no app's."""
+
+RUNTIME_PACKAGE = __name__.partition(".")[0]
+"""The package of the runtime that loads apps (``envcore``): in memory in every worker."""
+
+
+def _top_level_names(files: Iterable[str]) -> set[str]:
+    """The top-level module and package names the ``.py`` paths among ``files`` define (``main.py`` ->
+    ``main``, ``api/notes.py`` -> ``api``); a name that is not an identifier cannot be imported."""
+    names = set()
+    for path in files:
+        if path.endswith(".py"):
+            first = path.split("/", 1)[0].removesuffix(".py")
+            if first.isidentifier():
+                names.add(first)
+    return names
+
+
+def reserved_module_reason(name: str) -> str | None:
+    """Why an app's file may not own the top-level module ``name`` (``None``: it may)."""
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return "a standard-library module"
+    if name in INTERPRETER_MODULES:
+        return "a module the interpreter imports by itself"
+    if name == RUNTIME_PACKAGE:
+        return "the package of the runtime that loads apps"
+    if name in importable_modules():
+        return "a library apps may import (or one such a library needs)"
+    return None
+
+
+def app_module_names(files: Iterable[str]) -> frozenset[str]:
+    """The top-level module names an app whose file paths are ``files`` owns: every name its ``.py``
+    files define (``main.py``, ``api/``, a stand-in ``stripe.py``) but those
+    :func:`reserved_module_reason` keeps for the installation. The loader serves these names, and only
+    these, from the app's files; the rest resolve to the installation as in any process."""
+    return frozenset(name for name in _top_level_names(files) if reserved_module_reason(name) is None)
+
+
+def reserved_app_modules(files: Iterable[str]) -> dict[str, str]:
+    """The top-level names the app's ``.py`` files define that it may not own, each with why (for a
+    porter: such a file is never what its import loads, so it must be renamed)."""
+    return {name: reason for name in sorted(_top_level_names(files))
+            if (reason := reserved_module_reason(name)) is not None}
 
 
 def import_named_modules(files: dict[str, str], importable: frozenset[str]) -> int:
@@ -159,6 +236,40 @@ def preload_libraries() -> list[str]:
 _NOT_PRELOADED = ("test", "tests", "testing", "conftest", "__main__")
 """Submodules left out of :func:`preload_lazy_imports`: a library's own tests and entry points."""
 
+_LOCALE = re.compile(r"[a-z]{2,3}(?:_[A-Za-z]{2,4})*")
+_PRELOADED_PARTS: dict[str, Callable[[list[str]], bool]] = {
+    # Faker ships some 700 modules of locale data. ``Faker()`` loads the default locale's (en_US,
+    # built on en) and an app that asks for another locale does so at load time, when the worker may
+    # still read the installation; its documentation tools and pytest plugin are no app's business.
+    "faker": lambda parts: not (
+        (len(parts) > 1 and parts[1] in ("sphinx", "contrib", "cli", "documentor"))
+        or (len(parts) > 3 and parts[1] == "providers" and _LOCALE.fullmatch(parts[3]) is not None
+            and parts[3] not in ("en", "en_US"))),
+}
+"""Libraries whose submodules :func:`preload_lazy_imports` imports only in part, by top-level name:
+a rule given the dotted name's parts says whether a submodule (and, for a package, what is under it)
+is imported."""
+
+
+def _preloaded(name: str) -> bool:
+    parts = name.split(".")
+    if any(part in _NOT_PRELOADED or part.startswith("test_") for part in parts):
+        return False
+    rule = _PRELOADED_PARTS.get(parts[0])
+    return rule is None or rule(parts)
+
+
+def _submodules(name: str, pkgutil: Any, load: Callable[[str], None]) -> None:
+    """``load`` every submodule of the imported package ``name`` that :func:`_preloaded` keeps, depth
+    first; a package left out is not imported, nor anything under it (``pkgutil.walk_packages``
+    imports every package it finds, to look inside)."""
+    package = sys.modules.get(name)
+    for info in pkgutil.iter_modules(getattr(package, "__path__", None) or [], f"{name}."):
+        if _preloaded(info.name):
+            load(info.name)
+            if info.ispkg:
+                _submodules(info.name, pkgutil, load)
+
 
 def preload_lazy_imports() -> int:
     """Import what the libraries an app may use import only when a feature is first used: every
@@ -204,10 +315,7 @@ def _preload_lazy_imports(pkgutil: Any) -> int:
 
     for top in libraries:
         quietly(top)
-        package = sys.modules.get(top)
-        for info in pkgutil.walk_packages(getattr(package, "__path__", None) or [], f"{top}.", onerror=lambda _: None):
-            if not any(part in _NOT_PRELOADED or part.startswith("test_") for part in info.name.split(".")):
-                quietly(info.name)
+        _submodules(top, pkgutil, quietly)
     named: set[str] = set()
     for module in list(sys.modules.values()):
         origin = getattr(module, "__file__", None) or ""
@@ -246,3 +354,29 @@ def keep_sqlite_journals_in_memory() -> None:
     connect.__wrapped__ = original  # type: ignore[attr-defined]
     connect.__doc__ = original.__doc__
     sqlite3.connect = sqlite3.dbapi2.connect = connect
+
+
+def keep_ca_bundle_in_memory() -> None:
+    """Make ``SSLContext.load_verify_locations(cafile=<certifi's bundle>)`` load it from memory (read
+    here, once, by trusted code). Every other file, folder or ``cadata`` is loaded as asked. Idempotent;
+    nothing happens without certifi."""
+    try:
+        import certifi
+
+        path = certifi.where()
+        with open(path, encoding="ascii") as bundle:
+            text = bundle.read()
+    except (ImportError, OSError, ValueError):
+        return
+    names = {path, os.path.realpath(path)}
+    context = ssl.SSLContext
+    original = getattr(context.load_verify_locations, "__wrapped__", context.load_verify_locations)
+
+    def load_verify_locations(self: ssl.SSLContext, cafile: Any = None, capath: Any = None, cadata: Any = None) -> None:
+        if cafile is not None and capath is None and cadata is None and isinstance(cafile, (str, os.PathLike)) \
+                and os.fspath(cafile) in names:
+            return original(self, cadata=text)
+        return original(self, cafile, capath, cadata)
+
+    load_verify_locations.__wrapped__ = original  # type: ignore[attr-defined]
+    context.load_verify_locations = load_verify_locations  # type: ignore[method-assign]

@@ -2,7 +2,8 @@
 
 Started by :class:`~envcore.sandbox.pool.Sandbox` as ``python -m envcore.sandbox.zygote FD PARENT``
 with a scrubbed environment. It imports FastAPI, Starlette, Pydantic, the libraries apps may use
-(:mod:`envcore.sandbox.app_runtime`) and the worker code once, then
+(:mod:`envcore.sandbox.app_runtime`, adapted to a worker's single thread by
+:mod:`envcore.sandbox.one_thread`) and the worker code once, then
 *warms up*: it loads the sample apps the parent sends and serves them a few requests, so that the
 first-use work every app needs (building validators, analysing dependencies, compiling route
 patterns) is done here once and inherited by every fork instead of being repeated in each. Then it
@@ -36,8 +37,14 @@ import fastapi.testclient  # noqa: F401  (pulls in the rest of Starlette's optio
 import pydantic  # noqa: F401
 
 from envcore.sandbox import containment
-from envcore.sandbox.app_runtime import importable_modules, keep_sqlite_journals_in_memory, preload_libraries
+from envcore.sandbox.app_runtime import (
+    importable_modules,
+    keep_ca_bundle_in_memory,
+    keep_sqlite_journals_in_memory,
+    preload_libraries,
+)
 from envcore.sandbox.forker import Forker
+from envcore.sandbox.one_thread import run_on_one_thread
 from envcore.sandbox.preload import template_main
 from envcore.sandbox.wire import PeerClosed, send_frame
 from envcore.sandbox.worker import rehearse_all, worker_main
@@ -79,6 +86,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the parent to handle
     preload_libraries()  # the libraries apps may use, loaded by trusted code before the first fork
     keep_sqlite_journals_in_memory()
+    keep_ca_bundle_in_memory()  # HTTP clients read it when they are made, after the worker is sealed
+    run_on_one_thread()  # the libraries that would start a thread do their work in place
     importable_modules()  # worked out once, here, for every worker
     forker = Zygote(socket.socket(fileno=fd)).forker
     try:
