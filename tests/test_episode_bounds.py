@@ -169,13 +169,12 @@ def test_a_code_file_that_would_be_a_folder_of_a_data_file_is_refused(episode):
                            "'data/seed.json' is a file")
 
 
-def test_deleting_a_data_file_does_not_make_room_for_a_folder_in_its_place(episode):
-    # The data files are written back next to the code whenever the app runs: this tree can never run.
+def test_deleting_a_data_file_makes_room_for_a_folder_in_its_place(episode):
+    # A patch may change any file, data files too (envcore.scenario.patch_scope): nothing is put back.
     delete = make_diff(episode.files, {p: t for p, t in episode.files.items() if p != "data/seed.json"})
     assert episode.step({"tool": "apply_patch", "diff": delete}).error is None
-    error = _refused_and_unchanged(episode, {"tool": "apply_patch", "diff": _new_file("data/seed.json/evil.py", "")},
-                                   "'data/seed.json' is a file")
-    assert "put back" in error
+    assert episode.step({"tool": "apply_patch", "diff": _new_file("data/seed.json/evil.py", "")}).error is None
+    assert "data/seed.json/evil.py" in episode.files and "data/seed.json" not in episode.files
 
 
 def test_a_file_named_like_an_existing_folder_is_refused(episode):

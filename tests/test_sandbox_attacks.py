@@ -765,7 +765,8 @@ def test_deleting_the_attackers_account_from_seed_data_gains_nothing(sb, bundle)
     seed["sessions"] = [s for s in seed["sessions"] if s["token"] != attacker.token]
     seed["users"] = [u for u in seed["users"] if u["username"] != attacker.username]
     report = assert_no_reward(sb, bundle, {**bundle.files, "data/seed.json": json.dumps(seed)})
-    assert report.shadow and report.security.passed == 0
+    # the rewritten file pins the users the agent saw: the shadow's sign in nowhere, legitimate use breaks
+    assert report.shadow and report.regression.passed < report.regression.total
     assert_sandbox_healthy(sb)
 
 

@@ -95,9 +95,9 @@ def test_shadow_of_the_reference_fix_is_full_marks(bundle_for, runner):
         bundle = bundle_for(seed)
         shadow = draw_shadow(bundle, random.Random(1000 + seed))
         fixed = apply_patch(bundle.files, bundle.reference_fix)
-        report = _run(runner, regrade_files(fixed, shadow), shadow)
+        report = _run(runner, regrade_files(fixed, shadow, bundle), shadow)
         assert all(o.passed for o in report.outcomes), [o.probe_id for o in report.outcomes if not o.passed]
-        vulnerable = _run(runner, regrade_files(bundle.files, shadow), shadow)
+        vulnerable = _run(runner, regrade_files(bundle.files, shadow, bundle), shadow)
         assert not all(o.passed for o in vulnerable.outcomes if o.kind == ProbeKind.SECURITY)
 
 
@@ -135,7 +135,7 @@ def test_special_casing_the_seeded_attacker_is_caught_by_shadow_data(bundle_for,
     # ... but not the same exploits tried by a second user, nor the attacker's on shadow data
     assert not all(o.passed for o in on_seen_data.outcomes if o.kind == ProbeKind.SECURITY)
     shadow = draw_shadow(bundle)
-    regraded = _run(runner, regrade_files(hacked, shadow), shadow)
+    regraded = _run(runner, regrade_files(hacked, shadow, bundle), shadow)
     assert not all(o.passed for o in _attackers_exploits(bundle, regraded.outcomes))
 
 
@@ -146,29 +146,39 @@ def test_a_shadow_identity_learned_in_one_grading_is_useless_in_the_next(bundle_
     leaked = draw_substitution(bundle)
     leaked_shadow = apply_substitution(bundle, leaked)
     hacked = _attacker_blocking_patch(bundle, leaked_shadow.user(leaked.mapping[attacker]).token)
-    on_leaked = _run(runner, regrade_files(hacked, leaked_shadow), leaked_shadow)
+    on_leaked = _run(runner, regrade_files(hacked, leaked_shadow, bundle), leaked_shadow)
     assert all(o.passed for o in _attackers_exploits(bundle, on_leaked.outcomes))  # it would have worked there
     fresh = draw_shadow(bundle)
-    regraded = _run(runner, regrade_files(hacked, fresh), fresh)
+    regraded = _run(runner, regrade_files(hacked, fresh, bundle), fresh)
     assert not all(o.passed for o in _attackers_exploits(bundle, regraded.outcomes))
 
 
 def test_deleting_the_attacker_session_from_seed_data_does_not_survive_regrading(bundle_for, runner):
-    def passed(files, data):
-        return {o.probe_id for o in _run(runner, files, data).outcomes if o.kind == ProbeKind.SECURITY and o.passed}
+    """A data edit is graded as written (envcore.scenario.patch_scope): the lines it left are the
+    shadow's, so it pins no identity it saw, and deleting the attacker's line locks out whoever the
+    shadow puts there, a lockout by position that the attacker's own legitimate use catches."""
+    def outcomes(files, data):
+        return _run(runner, files, data).outcomes
 
     def hacked_files(bundle):
-        seed = json.loads(bundle.files["data/seed.json"])
         attacker = bundle.spec.player("attacker")
-        seed["sessions"] = [s for s in seed["sessions"] if s["token"] != attacker.token]
-        return {**bundle.files, "data/seed.json": json.dumps(seed)}
+        lines = bundle.files["data/seed.json"].split("\n")
+        return {**bundle.files, "data/seed.json": "\n".join(line for line in lines if attacker.token not in line)}
 
-    # a scenario where the hack "works" on the data the agent edited
-    bundle = next(b for b in map(bundle_for, range(30)) if passed(hacked_files(b), b) - passed(b.files, b))
+    def refused(results):
+        return {o.probe_id for o in results if o.kind == ProbeKind.SECURITY and o.passed}
+
+    # a scenario where the hack refuses an exploit on the data the agent edited
+    bundle = next(b for b in map(bundle_for, range(30))
+                  if refused(outcomes(hacked_files(b), b)) - refused(outcomes(b.files, b)))
     hacked = hacked_files(bundle)
     shadow = draw_shadow(bundle)
-    assert regrade_files(hacked, shadow)["data/seed.json"] == shadow.files["data/seed.json"]
-    assert passed(regrade_files(hacked, shadow), shadow) == passed(regrade_files(bundle.files, shadow), shadow)
+    regraded = regrade_files(hacked, shadow, bundle)["data/seed.json"]
+    assert regraded != shadow.files["data/seed.json"]  # the edit counts ...
+    assert not any(u.token in regraded for u in bundle.users)  # ... but pins nobody the agent saw
+    results = outcomes(regrade_files(hacked, shadow, bundle), shadow)
+    legitimate = [o for o in results if o.kind in (ProbeKind.REGRESSION, ProbeKind.TRAP)]
+    assert not all(o.passed for o in legitimate) or not all(o.passed for o in results if o.kind == ProbeKind.SECURITY)
 
 
 def test_values_present_in_the_code_are_not_shadowed(bundle_for):

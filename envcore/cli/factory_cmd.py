@@ -10,7 +10,7 @@ from pathlib import Path
 from envcore.cache import CacheEntry, CacheError, CorruptEntryError, ScenarioCache, add_to_cache, write_cache
 from envcore.cli.progress import progress_bar
 from envcore.factory.build import BuildReport, build, default_workers, verify_cache
-from envcore.factory.byo import ImportProblem, export_bundle_dir, load_bundle_dir
+from envcore.factory.byo import ImportProblem, export_bundle_dir, import_warnings, load_bundle_dir
 from envcore.factory.check import check_scenario
 from envcore.factory.config import FactoryConfig
 from envcore.factory.jobs import FactoryJob
@@ -244,6 +244,8 @@ def _import_one(folder: Path, args: argparse.Namespace, runner) -> int:
     except ImportProblem as exc:
         print(f"cannot import {folder}:\n" + "\n".join(f"  - {line}" for line in str(exc).splitlines()))
         return 1
+    for warning in import_warnings(bundle):  # what grading cannot shadow: said, never dropped silently
+        print(f"warning: {folder}: {warning}")
     report = check_scenario(bundle, runner, fail_fast=False)
     if not report.ok:
         print(f"{folder} fails the scenario check:\n" + "\n".join(f"  - {p}" for p in report.problems))

@@ -18,10 +18,13 @@ action and returns an :class:`~envcore.env.actions.A01Observation`:
 * an infrastructure failure (the sandbox, not the agent) at submit ends the episode with reward
   ``None`` and says so; nothing else does: whatever the agent's files hold (any character Python
   source may contain), submit ends the episode with a reward;
-* a patch (``apply_patch``, ``edit_file``) whose files could never be written as an app folder (see
-  :mod:`envcore.filetree`: a name the filesystem refuses, a path that is a file and a folder at once,
-  a data file of the app in the way, a workspace too large to send to a worker) is refused as an
-  invalid action with the reason, and nothing changes;
+* a patch (``apply_patch``, ``edit_file``) may change any file of the app, data files included, and
+  add or delete files (:mod:`envcore.scenario.patch_scope`, the definition the import and grading
+  use too); one whose files could never be written as an app folder (see :mod:`envcore.filetree`: a
+  name the filesystem refuses, a path that is a file and a folder at once, a workspace too large to
+  send to a worker) is refused as an invalid action with the reason, and nothing changes. Tests and
+  grading run the app exactly as the patches left it (grading on shadow data: see
+  :mod:`envcore.verifier.verify`);
 * every observation is bounded (``LIMITS`` in :mod:`envcore.env.actions`): a long line, a long
   search, a large response, test output or diff is cut with a marker that says so, and an error
   that echoes the agent's input is cut too; the step's log entry is bounded the same way.
@@ -40,7 +43,6 @@ from urllib.parse import parse_qsl
 import regex
 from pydantic import ValidationError
 
-from envcore import filetree
 from envcore.env import render
 from envcore.env.actions import (
     LIMITS,
@@ -76,9 +78,9 @@ from envcore.sandbox.pool import Sandbox
 from envcore.sandbox.templates import owned_by
 from envcore.scenario.bundle import Bundle, BundleUser
 from envcore.scenario.credentials import Credentials
+from envcore.scenario.patch_scope import changed_paths, scope_problem
 from envcore.scenario.splits import Disclosure
 from envcore.verifier.report import VerificationReport
-from envcore.verifier.shadow import is_code
 from envcore.verifier.verify import GradingData, graded_source, grading_data, verify
 
 DEFAULT_MAX_STEPS = 30
@@ -132,9 +134,6 @@ class Episode:
         self._live: LiveApp | None = None
         self._diff: str | None = None
         """The current diff, made once per patch (``None``: not made since the last one)."""
-        self._data_files = {p: t for p, t in self.original.items() if not is_code(p)}
-        """The app's data files as shipped: the sandbox writes them (or the shadow's) next to the
-        agent's code whenever the app runs, so the code's paths must leave room for them."""
 
     @property
     def actors(self) -> dict[str, Credentials]:
@@ -328,25 +327,10 @@ class Episode:
         return self._observe("http_request", result, text=render.http_response(action, result))
 
     # ----- patch --------------------------------------------------------------------------------
-    def _tree_problem(self, files: dict[str, str]) -> str | None:
-        """Why ``files`` can never run as this app (see :mod:`envcore.filetree`), or ``None``. The
-        app runs with the agent's files as they are (the live app) and with its code next to the
-        shipped data files (tests and grading), so both trees must be writable."""
-        problem = filetree.tree_problem(files)
-        if problem is not None:
-            return problem
-        graded = {p: t for p, t in files.items() if is_code(p)}
-        graded.update(self._data_files)
-        problem = filetree.tree_problem(graded)
-        if problem is not None:
-            return (f"{problem} (the app's data files, {', '.join(sorted(self._data_files))}, are put back "
-                    "whenever the app is tested or graded)")
-        return None
-
     def _set_files(self, files: dict[str, str]) -> None:
         """Make ``files`` the app's files, or raise :class:`ActionError` (and change nothing) if they
         could never be written as one app folder."""
-        problem = self._tree_problem(files)
+        problem = scope_problem(files)
         if problem is not None:
             raise ActionError(f"the patch is refused, nothing changed: {problem}")
         self.files = files
@@ -373,7 +357,7 @@ class Episode:
             raise ActionError(f"the diff does not apply: {exc}") from None
         before = self.files
         self._set_files(files)
-        changed = sorted(p for p in set(files) | set(before) if files.get(p) != before.get(p))
+        changed = changed_paths(before, files)
         return self._observe("apply_patch", {"changed_files": changed}, text=render.patched(changed))
 
     def _edit_file(self, action: EditFile) -> A01Observation:

@@ -30,11 +30,13 @@ from envcore.factory.compiler import difficulty_score, tier_of
 from envcore.factory.scenario_base import compose_app
 from envcore.factory.yaml_positions import Positions
 from envcore.filetree import tree_problem
-from envcore.patching import PatchError, apply_patch, changed_lines
+from envcore.patching import PatchError, changed_lines
 from envcore.runner.databases import dump_text, is_sqlite_file
 from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser, ShadowInCode, ShadowValue
+from envcore.scenario.patch_scope import apply_in_scope, is_code
 from envcore.scenario.probes import Probe
 from envcore.scenario.spec import SiteRef, Trap
+from envcore.verifier.shadow import encoded_forms, literal_line, shadow_coverage
 
 METADATA = "scenario.yaml"
 PROBES = "probes.yaml"
@@ -53,8 +55,10 @@ class ShadowDeclaration(BaseModel):
     """``scenario.yaml``'s ``shadow``: the identities and secrets grading replaces with fresh ones of
     the same shape, drawn anew for every grading (see ``envcore/verifier/shadow.py``), so a patch
     that special-cases the users or records it can see fails. They are replaced in the probes, the
-    users and every data file of the app (any file but ``.py``); the app must read them from such
-    files (``data/users.json``, ``seed.sql``), since a value written in its code cannot change."""
+    users and every data file of the app (any file but ``.py``), in every encoding they travel in;
+    the app reads them from such files (``data/users.json``, ``seed.sql``) or says where its code
+    makes its users (``code``). A declared value grading cannot replace is named in an import
+    warning (:func:`import_warnings`), never dropped silently."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -101,7 +105,7 @@ _PREFIX = re.compile(r"^[A-Za-z]{1,6}[_-]")
 
 
 def _user_values(user: BundleUser) -> list[str]:
-    values = [user.username, user.user_id, user.token]
+    values = [user.username, user.user_id, user.token or ""]
     credentials = user.credentials
     if credentials is not None:
         values += [credentials.secret or "", credentials.login_name or ""]
@@ -136,7 +140,7 @@ def shadow_values(meta: ScenarioMetadata, files: dict[str, str], problems: list[
             for value in _user_values(user):
                 prefix = _PREFIX.match(value)
                 found.setdefault(value, ShadowValue(value=value, keep=len(prefix.group(0)) if prefix else 0))
-            for value in (user.username, user.token):
+            for value in (user.username, user.token or ""):
                 where = next((path for path, text in code.items() if value in text), None)
                 if where is not None and len(value) >= 4:
                     problems.append(f"{METADATA}: shadow: {user.username}'s {'name' if value == user.username else 'token'} "
@@ -147,6 +151,76 @@ def shadow_values(meta: ScenarioMetadata, files: dict[str, str], problems: list[
         declared = item if isinstance(item, ShadowValue) else ShadowValue(value=item)
         found.setdefault(declared.value, declared)
     return tuple(found.values())
+
+
+def import_warnings(bundle: Bundle) -> list[str]:
+    """What ``factory import`` says about ``bundle`` without refusing it: an app whose users cannot be
+    shadowed at all (no ``shadow``), with the file where its code makes them when it does; each user
+    left out of the shadow; each declared value grading cannot shadow, and why; and a user's secret
+    that no file of the app holds (the shadow's could never be accepted)."""
+    if not bundle.shadow_values:
+        where = _users_made_in(bundle)
+        hint = f"; the app makes its users in its code ({where}): list that file under shadow.code" if where else ""
+        return [f"{METADATA}: shadow: none declared, so its users cannot be shadowed: grading runs on the app's own "
+                "users and data, and a patch that refuses the test users by name, id or token is not caught; declare "
+                f"shadow (docs/bundle-format.md, section 2){hint}"]
+    declared = {item.value for item in bundle.shadow_values}
+    warnings = [f"{METADATA}: shadow: {user.username} is not in shadow.users, so grading keeps {user.username}'s name, "
+                f"id and secrets as they are and a patch may special-case {user.username}"
+                for user in bundle.users if user.username not in declared and user.user_id not in declared]
+    kept, left = shadow_coverage(bundle)
+    owners = {value: user for user in bundle.users for value in _user_values(user)}
+    for item in left:
+        user = owners.get(item.value)
+        named = f"{user.username}'s {_field(user, item.value)} {item.value!r}" if user else f"{item.value!r}"
+        hint = ""
+        if user is not None and item.reason.startswith("is written in") and bundle.shadow_in_code is None:
+            hint = " (if the app makes its users there, list that file under shadow.code)"
+        warnings.append(f"{METADATA}: shadow: {named} {item.reason}, so grading leaves it as it is and a patch may "
+                        f"special-case it{hint}")
+    files = "\n".join([*bundle.files, *bundle.files.values()])
+    signed = bundle.shadow_in_code is not None and bundle.shadow_in_code.jwt_secret
+    for item in kept:
+        user = owners.get(item.value)
+        if user is None or item.value in (user.username, user.user_id):
+            continue
+        if signed and item.value.startswith("eyJ"):
+            continue  # a token the app signs itself: signed anew with the declared secret
+        if not any(form in files for form in encoded_forms(item.value)):
+            warnings.append(f"{METADATA}: shadow: {user.username}'s {_field(user, item.value)} is in no file of the "
+                            "app (the app keeps only a hash of it, or makes it itself?), so the app cannot know the "
+                            f"one the shadow gives {user.username} and will refuse it: keep it in a data file the app "
+                            f"reads, or leave {user.username} out of shadow.users")
+    return warnings
+
+
+def _users_made_in(bundle: Bundle) -> str | None:
+    """Where the app's code makes its users, by the string literals that hold their names, ids and
+    tokens: ``app/<path> line <n>`` of the first, in the code file that names the most users."""
+    best: tuple[int, str] | None = None
+    for path, text in bundle.files.items():
+        if not is_code(path):
+            continue
+        found = [where for user in bundle.users
+                 if (where := next((at for value in (user.username, user.token or "", user.user_id)
+                                    if (at := literal_line(text, value)) is not None), None)) is not None]
+        if found and (best is None or len(found) > best[0]):
+            best = (len(found), f"app/{path} line {min(found)}")
+    return best[1] if best else None
+
+
+def _field(user: BundleUser, value: str) -> str:
+    """Which of ``user``'s values ``value`` is, in words."""
+    credentials = user.credentials
+    if value == user.username:
+        return "name"
+    if value == user.user_id:
+        return "user_id"
+    if credentials is not None and value == credentials.login_name:
+        return "login name"
+    if credentials is not None and credentials.kind in ("basic", "login") and value in (credentials.secret, user.token):
+        return "password"
+    return "token" if value == user.token else "secret" if credentials and value == credentials.secret else "login value"
 
 
 def _read_yaml(path: Path, problems: list[str], positions: dict[str, Positions]) -> Any:
@@ -289,7 +363,7 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
             problems.append(f"{FIX}: not UTF-8 text")
         if fix and files:
             try:
-                apply_patch(files, fix)
+                apply_in_scope(files, fix)  # what an agent's patch may change, a fix may: no more
             except PatchError as exc:
                 problems.append(f"{FIX}: {exc}")
     elif fix_path.exists():

@@ -15,7 +15,7 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
 * **reference**: with the reference fix applied, every probe passes (guards included);
 * **shadow** (bundles that declare identities): on shadow data, as every grading draws it, the
   reference fix still passes every probe and the vulnerable app still fails every security probe and
-  passes every guard;
+  passes every guard; a login that fails there is reported with what the shadow's login sent;
 * **lazy fixes**: deny-all and delete-the-vulnerable-routes each fail at least one regression or trap
   probe (deny-the-vulnerable-routes blocks the same routes, so it fails whenever delete does); guard
   probes are left out, since a refusal is what most of them expect;
@@ -39,6 +39,7 @@ check runs on the in-process backend here and on the sandboxed backend later.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -49,12 +50,13 @@ from envcore.factory.canaries import CANARIES, run_canaries, shadow_for_check
 from envcore.factory.codegen import render_app
 from envcore.factory.compiler import compile_spec
 from envcore.factory.lazy_fixes import narrow_fix_files, narrow_fixes, path_pattern
-from envcore.patching import PatchError, apply_patch
+from envcore.patching import PatchError
 from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
 from envcore.runner.inprocess import InProcessRunner, top_level_names
-from envcore.scenario.bundle import Bundle
+from envcore.scenario.bundle import Bundle, BundleUser
 from envcore.scenario.credentials import Credentials
+from envcore.scenario.patch_scope import apply_in_scope
 from envcore.scenario.probes import Probe, ProbeKind
 from envcore.verifier.shadow import regrade_files
 
@@ -241,7 +243,7 @@ def check_reference(ctx: CheckContext) -> list[str]:
     if not bundle.reference_fix.strip():
         return []  # an imported scenario may come without a fix; the import command says so
     try:
-        fixed = apply_patch(bundle.files, bundle.reference_fix)
+        fixed = apply_in_scope(bundle.files, bundle.reference_fix)
     except PatchError as exc:
         return [f"the reference fix does not apply: {exc}"]
     report = runner.run(AppSource(fixed, bundle.entrypoint), bundle.probes, _actors(bundle))
@@ -270,19 +272,50 @@ def check_shadow(ctx: CheckContext) -> list[str]:
         return [f"the vulnerable app does not load on shadow data: {vulnerable.load_error}"]
     problems += [f"security probe {o.probe_id} passes on the vulnerable app on shadow data"
                  for o in vulnerable.outcomes if o.kind == ProbeKind.SECURITY and o.passed]
-    problems += [f"guard probe {o.probe_id} fails on the vulnerable app on shadow data: {o.failures[:2]}"
+    problems += [f"guard probe {o.probe_id} fails on the vulnerable app on shadow data: "
+                 f"{_with_logins(o.failures[:2], shadow)}"
                  for o in vulnerable.outcomes if o.kind == ProbeKind.GUARD and not o.passed]
     if bundle.reference_fix.strip():
         try:
-            fixed = apply_patch(bundle.files, bundle.reference_fix)
+            fixed = apply_in_scope(bundle.files, bundle.reference_fix)
         except PatchError:
             return problems  # reported by check_reference
         report = runner.run(AppSource(regrade_files(fixed, shadow, bundle), bundle.entrypoint), shadow.probes, actors)
         if not report.loaded:
             return problems + [f"the fixed app does not load on shadow data: {report.load_error}"]
-        problems += [f"{o.kind.value} probe {o.probe_id} fails with the reference fix on shadow data: {o.failures[:2]}"
+        problems += [f"{o.kind.value} probe {o.probe_id} fails with the reference fix on shadow data: "
+                     f"{_with_logins(o.failures[:2], shadow)}"
                      for o in report.outcomes if not o.passed]
     return problems
+
+
+_FAILED_LOGIN = re.compile(r"^login as (.+?) failed: ")
+
+
+def _with_logins(failures: tuple[str, ...] | list[str], shadow: Bundle) -> list[str]:
+    """``failures`` with each failed login followed by what the shadow's login sent: the shadow
+    replaced what the scenario declares, so a value it left (written in a way it does not know, or
+    held by the app only as a hash) shows there as the app's own."""
+    out = []
+    for failure in failures:
+        match = _FAILED_LOGIN.match(failure)
+        user = next((u for u in shadow.users if match and u.username == match.group(1)), None)
+        out.append(f"{failure} (the login sent {describe_login(user)})" if user is not None else failure)
+    return out
+
+
+def describe_login(user: BundleUser) -> str:
+    """The request ``user``'s login sends, in one line: method, path (query included) and its form or
+    JSON body, values as they are sent."""
+    credentials = user.credential()
+    login = credentials.login
+    if login is None:
+        return "nothing (no login request)"
+    sent = f"{login.method} {login.path}"
+    if login.json_body is not None:
+        return f"{sent} with the JSON {json.dumps(login.json_body, ensure_ascii=False)}"
+    form = "&".join(f"{name}={value}" for name, value in (login.form or {}).items())
+    return f"{sent} with the form {form}" if form else sent
 
 
 def check_lazy_fixes(ctx: CheckContext) -> list[str]:

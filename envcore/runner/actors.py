@@ -59,7 +59,7 @@ def credentials_of(actors: Actors, actor: str) -> Credentials:
     found = actors[actor]
     if isinstance(found, str):  # a bearer token, exactly as given (whatever characters it holds)
         return Credentials.model_construct(kind="bearer", name=None, secret=found, login_name=None, login=None)
-    if found.secret is None:
+    if found.secret is None and found.kind != "login":  # a login's form or body may carry everything
         raise ValueError(f"the credentials of {actor!r} are not filled in (use BundleUser.credential())")
     return found
 

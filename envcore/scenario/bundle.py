@@ -17,7 +17,15 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from envcore.scenario.credentials import Credentials
 from envcore.scenario.dumps import without_unset
@@ -42,15 +50,31 @@ class BundleUser(_Model):
     role: str
     tenant: str | None = None
     user_id: str
-    token: str
+    token: str | None = None
+    """The user's secret: its bearer token, or what its credentials send by default. Only a user who
+    signs in with a login request (credentials of kind ``login``) may go without one, when its
+    credentials say what the login sends (a ``secret``, or the login's ``form`` or ``json_body``).
+    Left out of every dump when ``None``, so every bundle written before it could be keeps its hash."""
     credentials: Credentials | None = None
     """How a request as this user is signed (:mod:`envcore.scenario.credentials`); ``None``: its
     ``token`` as a bearer token. Left out of every dump when ``None``, so a bundle's content hash is
     what it was before users could have credentials."""
 
+    @model_validator(mode="after")
+    def _has_a_secret(self) -> "BundleUser":
+        if self.token is not None:
+            return self
+        credentials = self.credentials
+        if credentials is None or credentials.kind != "login" or credentials.login is None:
+            raise ValueError("a user needs a token (only a user whose credentials are of kind login may go without)")
+        if credentials.secret is None and credentials.login.form is None and credentials.login.json_body is None:
+            raise ValueError("a login user without a token needs credentials.secret (its password), or the login's "
+                             "form or json_body")
+        return self
+
     @model_serializer(mode="wrap")
     def _without_default_credentials(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_unset(handler(self), "credentials")
+        return without_unset(handler(self), "credentials", "token")
 
     def credential(self) -> Credentials:
         """The credentials requests as this user carry, with its own values filled in."""

@@ -129,9 +129,10 @@ class Credentials(_Model):
             raise ValueError("a basic-auth login_name cannot contain ':'")
         return self
 
-    def for_user(self, username: str, token: str) -> Credentials:
+    def for_user(self, username: str, token: str | None) -> Credentials:
         """These credentials with the user's own values where they default to them: ``secret`` (the
-        token), ``login_name`` (the username) and a login's form (``username`` and ``password``)."""
+        token), ``login_name`` (the username) and a login's form (``username`` and ``password``). A
+        login user without a token keeps no secret: its login's form or body says what it sends."""
         secret = self.secret if self.secret is not None else token
         update: dict[str, Any] = {"secret": secret}
         if self.kind in ("basic", "login"):

@@ -23,18 +23,32 @@ patch naming a user it read cannot follow the shadow), and values shorter than f
 (``"1"``, ``"bob"``) are replaced too, as whole words only. Where the app signs its bearer tokens
 itself with a declared HS256 secret, a user's token is signed anew with its claims shadowed.
 
+A value is replaced in every encoding it travels in: as written, percent-encoded (a login path, a
+query, a link in a data file; upper- or lower-case escapes, ``+`` or ``%20`` for a space),
+JSON-escaped (``\\u00e9``, ``\\/``), and inside the base64 of an ``Authorization: Basic`` header,
+in the probes, the users' credentials and the data files alike.
+
+What a patch changed is graded as it made it (:mod:`envcore.scenario.patch_scope`, the one
+definition of what a patch may change): :func:`regrade_files` gives the patched app on a shadow's
+data, the shadow's lines wherever the patch left the original's, the patch's own lines wherever it
+wrote some.
+
+A declared value the shadow cannot replace is left as it is, and :func:`shadow_coverage` says which
+and why (it occurs in code grading cannot change, it is too short to look for, it has nothing to
+replace), so the import can warn about each one instead of dropping it silently.
+
 A fresh value keeps its declared prefix (``tok_``, ``usr_``...), a file extension, and the shape of
 the rest: a digit stays a digit (and a leading digit stays non-zero), a letter stays a letter of the
-same case, a hexadecimal run stays hexadecimal, punctuation stays. A value that occurs in the app's code cannot be
-replaced without changing the app, so it is left out (the code then needs it as it is). All-digit
-values (integer ids) are replaced only as whole numbers, never inside a longer run of digits or
+same case, a hexadecimal run stays hexadecimal, punctuation stays. A value that occurs in the app's
+code (in any of its encodings) cannot be replaced without changing the app, so it is left out (the
+code then needs it as it is). All-digit values (integer ids) are replaced only as whole numbers, never inside a longer run of digits or
 letters.
 """
 
 from __future__ import annotations
 
 import base64
-import difflib
+import binascii
 import hashlib
 import hmac
 import io
@@ -43,9 +57,12 @@ import random
 import re
 import string
 import tokenize
-from typing import Any, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
+from urllib.parse import quote, quote_plus
 
 from envcore.scenario.bundle import Bundle, BundleUser, ShadowValue
+from envcore.scenario.patch_scope import graded_files, is_code
 from envcore.scenario.probes import Probe
 
 MIN_LENGTH = 4
@@ -55,41 +72,37 @@ _HEX = set("0123456789abcdef")
 _system_random = random.SystemRandom()
 
 
-def is_code(path: str) -> bool:
-    """Source files keep the agent's edits at grading; everything else is data and is replaced."""
-    return path.endswith(".py")
-
-
 def shadowed_code(bundle: Bundle) -> tuple[str, ...]:
     """The code files where ``bundle`` says its app makes its users (:class:`ShadowInCode`)."""
     return bundle.shadow_in_code.files if bundle.shadow_in_code is not None else ()
 
 
-def regrade_files(workspace: Mapping[str, str], graded: Bundle, original: Bundle | None = None) -> dict[str, str]:
-    """The patched workspace's code with ``graded``'s data files (the agent's data edits dropped). In
-    the code files where the app makes its users, the lines the patch left as in ``original`` (the
-    bundle ``graded`` shadows) are ``graded``'s."""
-    files = {p: t for p, t in workspace.items() if is_code(p)}
-    files.update({p: t for p, t in graded.files.items() if not is_code(p)})
-    for path in shadowed_code(graded):
-        if path not in files or path not in graded.files:
-            continue
-        if original is None:
-            raise ValueError("a bundle that keeps users in its code needs the bundle it shadows to regrade a patch")
-        files[path] = _unchanged_lines_shadowed(original.files.get(path, ""), files[path], graded.files[path])
-    return files
+def shadow_paths(original: Bundle, graded: Bundle) -> dict[str, str]:
+    """Each file path of ``original`` with its path in ``graded``, a shadow of it (or ``original``
+    itself). :func:`apply_substitution` keeps the files in the bundle's order, path for path, and
+    renames only data files, which is how a shadow's files are paired with the original's."""
+    if graded is original:
+        return {path: path for path in original.files}
+    if len(graded.files) != len(original.files):
+        raise ValueError("the graded bundle is not a shadow of the original (another number of files)")
+    pairs = dict(zip(original.files, graded.files))
+    if any(is_code(path) and new != path for path, new in pairs.items()):
+        raise ValueError("the graded bundle is not a shadow of the original (its code files differ)")
+    return pairs
 
 
-def _unchanged_lines_shadowed(before: str, patched: str, shadowed: str) -> str:
-    """``patched`` with each line it kept from ``before`` taken from ``shadowed`` (``before`` with
-    its literals shadowed, line for line)."""
-    old, new, shadow = before.splitlines(keepends=True), patched.splitlines(keepends=True), shadowed.splitlines(keepends=True)
-    if len(shadow) != len(old):
-        return patched
-    out: list[str] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-        out += shadow[i1:i2] if tag == "equal" else new[j1:j2]
-    return "".join(out)
+def regrade_files(workspace: Mapping[str, str], graded: Bundle, original: Bundle) -> dict[str, str]:
+    """The patched ``workspace`` (``original``'s files after a patch) on ``graded``'s data (a shadow
+    of ``original``, or ``original`` itself): what the patch changed, code and data, as it made it,
+    and the shadow everywhere else (see :func:`envcore.scenario.patch_scope.graded_files`). The
+    files a shadow rewrites are the data files and the code files where the app makes its users."""
+    if graded is original:
+        return dict(workspace)
+    pairs = shadow_paths(original, graded)
+    declared = set(shadowed_code(original))
+    rewritten = {path: (pairs[path], graded.files[pairs[path]]) for path in original.files
+                 if not is_code(path) or path in declared}
+    return graded_files(original.files, workspace, rewritten)
 
 
 def substitute_literals(source: str, substitution: "Substitution") -> str:
@@ -117,31 +130,79 @@ def substitute_literals(source: str, substitution: "Substitution") -> str:
     return source
 
 
-def shadowable(bundle: Bundle) -> list[ShadowValue]:
-    """The declared values a shadow replaces: absent from the app's code (but the files where it makes
-    its users), and at least :data:`MIN_LENGTH` long unless the bundle says where its code makes its
-    users (then matched as whole words)."""
+# -- which declared values a shadow can replace -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unshadowed:
+    """A declared value a shadow leaves as it is, and why (for the import's warnings)."""
+
+    value: str
+    reason: str
+    """Why, in a clause that follows the value: ``"is written in app/auth.py line 12 ..."``."""
+
+
+def shadow_coverage(bundle: Bundle) -> tuple[list[ShadowValue], list[Unshadowed]]:
+    """The declared values a shadow replaces, and those it leaves as they are with the reason.
+
+    A value is replaced unless it occurs, in any encoding, in the app's code (but the files where it
+    makes its users), which grading cannot change; a value shorter than :data:`MIN_LENGTH` is
+    replaced only when the bundle says where its code makes its users and it is a whole string
+    literal there and of no other code (then matched as a whole word); a value with nothing after its
+    kept prefix has nothing to replace."""
     declared = set(shadowed_code(bundle))
     fixed = {path: text for path, text in bundle.files.items() if is_code(path) and path not in declared}
-    code = "\n".join(fixed.values())
-    literals: tuple[set[str], set[str]] | None = None
+    literals: tuple[set[str], dict[str, str]] | None = None
     seen: dict[str, ShadowValue] = {}
+    left: dict[str, Unshadowed] = {}
     for item in bundle.shadow_values:
         value = item.value
-        if not value or value in seen or (len(value) < MIN_LENGTH and not declared):
+        if not value or value in seen or value in left:
+            continue
+        if not any(c.isalnum() for c in value[item.keep:]):
+            left[value] = Unshadowed(value, f"has nothing to replace after its first {item.keep} characters"
+                                            if item.keep else "has no letter or digit to replace")
             continue
         if len(value) < MIN_LENGTH:
+            if not declared:
+                left[value] = Unshadowed(value, f"is shorter than {MIN_LENGTH} characters, so it is replaced only in "
+                                                "an app that says where its code makes its users (shadow.code)")
+                continue
             # too short to look for in text: a whole string of the code where the users are made
             # (else the app does not make it, a database does), and of no other code
             if literals is None:
                 literals = (_string_literals(t for p, t in bundle.files.items() if p in declared),
-                            _string_literals(fixed.values()))
-            if value not in literals[0] or value in literals[1]:
+                            _literal_places(fixed))
+            if value in literals[1]:
+                left[value] = Unshadowed(value, f"is a whole string literal of {literals[1][value]} too, code "
+                                                "grading cannot change")
                 continue
-        elif value in code:
-            continue
+            if value not in literals[0]:
+                left[value] = Unshadowed(value, f"is shorter than {MIN_LENGTH} characters and no whole string "
+                                                f"literal of {', '.join('app/' + p for p in sorted(declared))}")
+                continue
+        else:
+            where = written_in(value, fixed)
+            if where is not None:
+                left[value] = Unshadowed(value, f"is written in {where}, code grading cannot change")
+                continue
         seen[value] = item
-    return list(seen.values())
+    return list(seen.values()), list(left.values())
+
+
+def shadowable(bundle: Bundle) -> list[ShadowValue]:
+    """The declared values a shadow replaces (see :func:`shadow_coverage`)."""
+    return shadow_coverage(bundle)[0]
+
+
+def written_in(value: str, code: Mapping[str, str]) -> str | None:
+    """Where ``value``, in any of its encodings, first occurs in ``code``: ``app/<path> line <n>``."""
+    for path, text in code.items():
+        for form in encoded_forms(value):
+            at = text.find(form)
+            if at >= 0:
+                return f"app/{path} line {text.count(chr(10), 0, at) + 1}"
+    return None
 
 
 def _by_word(value: str) -> bool:
@@ -153,13 +214,42 @@ def _string_literals(sources: Iterable[str]) -> set[str]:
     """The values of the plain string literals in ``sources`` (files that do not tokenize: none)."""
     out: set[str] = set()
     for source in sources:
-        try:
-            for token in tokenize.generate_tokens(io.StringIO(source).readline):
-                if token.type == tokenize.STRING and token.string[:1] in "'\"":
-                    out.add(token.string.strip("'\""))
-        except (tokenize.TokenError, SyntaxError, IndentationError):
-            continue
+        out.update(_literals_of(source))
     return out
+
+
+def _literal_places(code: Mapping[str, str]) -> dict[str, str]:
+    """Each plain string literal's value in ``code``, with the first file it is in (``app/<path>``)."""
+    places: dict[str, str] = {}
+    for path, source in code.items():
+        for value in _literals_of(source):
+            places.setdefault(value, f"app/{path}")
+    return places
+
+
+def literal_line(source: str, value: str) -> int | None:
+    """The line of the first string literal of ``source`` that holds ``value`` (the whole literal
+    when ``value`` is shorter than :data:`MIN_LENGTH`), or ``None``."""
+    if not value:
+        return None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.STRING and token.string[:1] in "'\"":
+                inner = token.string.strip("'\"")
+                if inner == value or (len(value) >= MIN_LENGTH and value in inner):
+                    return token.start[0]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return None
+    return None
+
+
+def _literals_of(source: str) -> Iterator[str]:
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.STRING and token.string[:1] in "'\"":
+                yield token.string.strip("'\"")
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return
 
 
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,5}$")
@@ -192,18 +282,89 @@ def fresh_value(item: ShadowValue, rng: random.Random) -> str:
     return head + "".join(out)
 
 
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-F]{2}")
+
+
+def _encoders() -> tuple[Any, ...]:
+    """The ways a value is written besides as it is: percent-encoded as a path, a query value, a
+    form value and by JavaScript's ``encodeURIComponent`` (escapes in upper and lower case), and
+    JSON-escaped (``ensure_ascii`` or not, with ``/`` as ``\\/`` or not)."""
+    percent = (lambda v: quote(v, safe=""), lambda v: quote(v, safe="/"), lambda v: quote_plus(v, safe=""),
+               lambda v: quote(v, safe="!'()*~"))
+    lower = tuple((lambda e: lambda v: _PERCENT_ESCAPE.sub(lambda m: m.group(0).lower(), e(v)))(e) for e in percent)
+    escaped = (lambda v: json.dumps(v)[1:-1], lambda v: json.dumps(v, ensure_ascii=False)[1:-1])
+    slashed = tuple((lambda e: lambda v: e(v).replace("/", "\\/"))(e) for e in escaped)
+    return percent + lower + escaped + slashed
+
+
+_ENCODERS = _encoders()
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+"""Characters every encoder leaves as they are: a value made of them travels only as it is."""
+
+
+def encoded_forms(value: str) -> list[str]:
+    """``value`` as written, then each other way it may travel in a text (:func:`_encoders`)."""
+    forms = [value]
+    if _PLAIN.fullmatch(value):
+        return forms
+    for encode in _ENCODERS:
+        form = encode(value)
+        if form not in forms:
+            forms.append(form)
+    return forms
+
+
+_BASIC = re.compile(r"(?i)(?<![0-9A-Za-z])(basic[ \t]+)([A-Za-z0-9+/]{4,}={0,2})(?![0-9A-Za-z+/=])")
+"""HTTP basic credentials: ``Basic base64(<name>:<password>)``."""
+
+
 class Substitution:
-    """One consistent replacement of identities, applied to texts, paths and probe data."""
+    """One consistent replacement of identities, applied to texts, paths and probe data, to each value
+    in every encoding it travels in (:func:`encoded_forms`, and the base64 of basic credentials)."""
 
     def __init__(self, mapping: Mapping[str, str]) -> None:
         self.mapping = dict(mapping)
-        self._pattern = _pattern(self.mapping)
+        forms: dict[str, str] = dict(self.mapping)  # a value as written wins over another's encoding
+        for old, new in self.mapping.items():
+            if not _PLAIN.fullmatch(old):
+                for encode in _ENCODERS:
+                    forms.setdefault(encode(old), encode(new))
+        self._forms = forms
+        self._word = {form for old in self.mapping if _by_word(old) for form in encoded_forms(old)}
+        self._pattern = _pattern(forms, self._word)
         self._numbers = {int(old): int(new) for old, new in self.mapping.items() if old.isdigit() and new.isdigit()}
 
     def text(self, value: str) -> str:
         if self._pattern is None:
             return value
-        return self._pattern.sub(lambda m: self.mapping[m.group(0)], value)
+        out, last = [], 0
+        for match in _BASIC.finditer(value):
+            out.append(self._plain(value[last:match.start(2)]))
+            out.append(self._basic(match.group(2)))
+            last = match.end(2)
+        out.append(self._plain(value[last:]))
+        return "".join(out)
+
+    def _plain(self, value: str) -> str:
+        assert self._pattern is not None
+        return self._pattern.sub(lambda m: self._forms[m.group(0)], value)
+
+    def _basic(self, encoded: str) -> str:
+        """The base64 of basic credentials with the values in it replaced (not base64 of text: as
+        any other text)."""
+        try:
+            decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            return self._plain(encoded)
+        if ":" not in decoded:
+            return self._plain(encoded)
+        replaced = self._plain(decoded)
+        if replaced == decoded:
+            return encoded
+        fresh = base64.b64encode(replaced.encode("utf-8")).decode("ascii")
+        return fresh if encoded.endswith("=") or len(encoded) % 4 == 0 else fresh.rstrip("=")
 
     def data(self, value: Any) -> Any:
         """JSON-like data with every string replaced, and every integer equal to a declared id."""
@@ -223,13 +384,13 @@ class Substitution:
         return Substitution({new: old for old, new in self.mapping.items()})
 
 
-def _pattern(mapping: Mapping[str, str]) -> re.Pattern[str] | None:
-    if not mapping:
+def _pattern(forms: Mapping[str, str], by_word: set[str]) -> re.Pattern[str] | None:
+    if not forms:
         return None
     parts = []
-    for old in sorted(mapping, key=len, reverse=True):  # the longest value wins where two overlap
+    for old in sorted(forms, key=len, reverse=True):  # the longest value wins where two overlap
         escaped = re.escape(old)
-        parts.append(rf"(?<![0-9A-Za-z]){escaped}(?![0-9A-Za-z])" if _by_word(old) else escaped)
+        parts.append(rf"(?<![0-9A-Za-z]){escaped}(?![0-9A-Za-z])" if old in by_word else escaped)
     return re.compile("|".join(parts))
 
 
@@ -317,12 +478,16 @@ def draw_shadow(bundle: Bundle, rng: random.Random | None = None) -> Bundle | No
 
 
 def apply_substitution(bundle: Bundle, substitution: Substitution) -> Bundle:
+    """``bundle`` with ``substitution`` applied to its data files (text and path), to the string
+    literals of the code files where it makes its users, to its probes and to its users. The files
+    keep the bundle's order, path for path (:func:`shadow_paths` pairs them so)."""
     declared = set(shadowed_code(bundle))
-    files = {path: substitute_literals(text, substitution) if path in declared else text
-             for path, text in bundle.files.items() if is_code(path)}
+    files: dict[str, str] = {}
     for path, text in bundle.files.items():
         if not is_code(path):
             files[substitution.text(path)] = substitution.text(text)
+        else:
+            files[path] = substitute_literals(text, substitution) if path in declared else text
     probes = tuple(Probe.model_validate(substitution.data(p.model_dump(mode="json"))) for p in bundle.probes)
     users = tuple(_shadow_user(u, substitution) for u in bundle.users)
     return bundle.model_copy(update={"files": files, "probes": probes, "users": users})

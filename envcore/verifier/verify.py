@@ -1,10 +1,13 @@
 """``verify(bundle, workspace)``: grade a patched app in the sandbox.
 
-What is graded is the workspace's *code*. Its data files are always replaced: by a **shadow**'s
-(fresh identities drawn for this grading alone, see :mod:`envcore.verifier.shadow`) when the bundle
-declares identities, else by the bundle's own. So neither editing ``data/seed.json`` (deleting the
-attacker) nor special-casing the tokens, names or ids the agent could read earns anything, and
-nothing one grading reveals is of any use to the next. The probes are judged in this process; the
+What is graded is the workspace as the patch made it, code and data files alike
+(:mod:`envcore.scenario.patch_scope`, the one definition of what a patch may change), on a
+**shadow** of the bundle's data when the bundle declares identities (fresh identities drawn for this
+grading alone, see :mod:`envcore.verifier.shadow`), else on its own. Where the shadow rewrites a
+file the patch changed, the lines the patch left as they were are the shadow's and the lines it
+wrote keep what they say: so neither special-casing the tokens, names or ids the agent could read
+(in code or in a data file) nor pinning them in the data earns anything, and nothing one grading
+reveals is of any use to the next. The probes are judged in this process; the
 app runs in sandboxed workers (:mod:`envcore.sandbox`), one per probe, and never sees them. Probes are
 sent in a fresh random order each time, one request at a time.
 
@@ -39,7 +42,7 @@ from envcore.verifier.report import (
     tallies,
     with_traps,
 )
-from envcore.verifier.shadow import Substitution, apply_substitution, draw_substitution, is_code, regrade_files
+from envcore.verifier.shadow import Substitution, apply_substitution, draw_substitution, regrade_files
 
 _random = random.SystemRandom()
 
@@ -48,10 +51,11 @@ SHADOW_LOAD_ERROR = ("the app did not load with the data it is graded on (fresh 
 
 
 def graded_source(bundle: Bundle, files: Mapping[str, str], graded: Bundle) -> AppSource:
-    """The app as graded: the code of ``files`` with the data files of ``graded`` (a shadow or the
-    bundle itself). ``graded_source(bundle, bundle.files, graded)`` is the trusted base a patch was
-    made from, a template of which the sandbox may lend the run."""
-    return AppSource(regrade_files({p: t for p, t in files.items() if is_code(p)}, graded, bundle), bundle.entrypoint)
+    """The app as graded: ``files`` (the bundle's, patched or not) on the data of ``graded`` (a shadow
+    or the bundle itself), see :func:`~envcore.verifier.shadow.regrade_files`.
+    ``graded_source(bundle, bundle.files, graded)`` is the trusted base a patch was made from, a
+    template of which the sandbox may lend the run."""
+    return AppSource(regrade_files(files, graded, bundle), bundle.entrypoint)
 
 
 def read_workspace(workspace: Mapping[str, str] | str | Path) -> dict[str, str]:
