@@ -477,6 +477,20 @@ NETWORK = _files('''
     def name_lookup():
         return attempt(lambda: socket.getaddrinfo("example.com", 443), OSError)
 
+    @app.get("/deliverable")
+    def deliverable():
+        from email_validator import validate_email
+
+        started = time.perf_counter()
+        checked = validate_email("someone@example.com")  # deliverability checked, as by default: a DNS lookup
+        return {"normalized": checked.normalized, "fast": time.perf_counter() - started < 0.5}
+
+    @app.get("/message-id")
+    def message_id():
+        from email.utils import make_msgid
+
+        return {"made": make_msgid().startswith("<")}  # asks the machine its name
+
     @app.get("/uncaught")
     def uncaught():
         return requests.get(OUTSIDE, timeout=10).json()
@@ -503,6 +517,15 @@ def test_an_outgoing_call_fails_at_once_with_its_librarys_own_error(sb, route, e
     name lookup), raised in well under a second: the app's own ``except`` runs."""
     named = JsonEquals(path="error", value=error) if error else JsonEquals(path="oserror", value=True)
     graded(SandboxRunner(sb), NETWORK, step(route, *FAILED_FAST, named))
+
+
+def test_a_lookup_that_finds_no_name_server_is_answered_at_once_as_offline(sb):
+    """email-validator checks deliverability by default (a DNS lookup): it finds no name server at once
+    and reports the address valid with deliverability unknown, as on a machine without a network; a
+    mail library asking the machine's name for a message id gets it (no network involved)."""
+    graded(SandboxRunner(sb), NETWORK,
+           step("/deliverable", *ok(normalized="someone@example.com", fast=True)),
+           step("/message-id", *ok(made=True)))
 
 
 def test_an_uncaught_network_error_is_a_500_and_the_app_keeps_serving(sb):

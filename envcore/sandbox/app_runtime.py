@@ -32,6 +32,11 @@ code (or a later import in the same process) trusts to be the installed one.
 ``http://`` too), reading certifi's CA bundle from the installation, which a worker may no longer
 read once its app has loaded; :func:`keep_ca_bundle_in_memory` serves that one file from memory, so
 making a client works and the request itself fails where every network call does.
+
+**Name lookups.** dnspython's default resolver (email-validator's deliverability check uses it)
+reads the host's ``/etc/resolv.conf`` when first used, which a worker may not read (nor should it learn
+the host's name servers); :func:`resolve_without_name_servers` gives it none, so a lookup fails at
+once as on a machine without a network (email-validator then reports deliverability as unknown).
 """
 
 from __future__ import annotations
@@ -380,3 +385,15 @@ def keep_ca_bundle_in_memory() -> None:
 
     load_verify_locations.__wrapped__ = original  # type: ignore[attr-defined]
     context.load_verify_locations = load_verify_locations  # type: ignore[method-assign]
+
+
+def resolve_without_name_servers() -> None:
+    """Make dnspython's default resolver one with no name servers (nothing read from the host). Every
+    lookup through it fails at once with ``NoNameservers``. Nothing happens without dnspython."""
+    try:
+        import dns.resolver
+    except ImportError:
+        return
+    resolver = dns.resolver.Resolver(configure=False)
+    resolver.nameservers = []
+    dns.resolver.default_resolver = resolver

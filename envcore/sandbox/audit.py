@@ -44,6 +44,9 @@ is around its connection, so an app's ``except URLError`` or ``except requests.C
 meets the refusal as it would meet a network that is down."""
 NETWORK_PREFIXES = ("socket.",)
 """Every socket event: creating, binding, connecting, name lookups (``socket.getaddrinfo``)."""
+NOT_NETWORK_EVENTS = frozenset({"socket.gethostname"})
+"""Socket events that reach no network: the machine's name, which ``os.uname()`` gives anyway (mail
+libraries ask it for a message id, resolvers for their search domain)."""
 DENIED_EVENTS = frozenset({
     "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
     "os.link", "os.symlink", "subprocess.Popen", "pty.spawn", "signal.pthread_kill", "fcntl.ioctl",
@@ -158,7 +161,7 @@ class AuditPolicy:
             return self._may_write(args[0] if args else None) or self._count_new(args[0] if args else None)
         if event == "ctypes.call_function" and self.permitted_call is not None and args and args[0] == self.permitted_call:
             return None
-        if event in NETWORK_EVENTS or event.startswith(NETWORK_PREFIXES):
+        if event in NETWORK_EVENTS or (event.startswith(NETWORK_PREFIXES) and event not in NOT_NETWORK_EVENTS):
             return f"no network in the sandbox ({event} refused)"
         if event in DENIED_EVENTS or event.startswith(DENIED_PREFIXES):
             return f"{event} is not allowed in the sandbox"

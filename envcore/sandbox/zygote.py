@@ -42,6 +42,7 @@ from envcore.sandbox.app_runtime import (
     keep_ca_bundle_in_memory,
     keep_sqlite_journals_in_memory,
     preload_libraries,
+    resolve_without_name_servers,
 )
 from envcore.sandbox.forker import Forker
 from envcore.sandbox.one_thread import run_on_one_thread
@@ -87,6 +88,7 @@ def main(argv: list[str]) -> int:
     preload_libraries()  # the libraries apps may use, loaded by trusted code before the first fork
     keep_sqlite_journals_in_memory()
     keep_ca_bundle_in_memory()  # HTTP clients read it when they are made, after the worker is sealed
+    resolve_without_name_servers()  # a name lookup fails at once, as on a machine without a network
     run_on_one_thread()  # the libraries that would start a thread do their work in place
     importable_modules()  # worked out once, here, for every worker
     forker = Zygote(socket.socket(fileno=fd)).forker
