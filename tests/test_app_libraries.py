@@ -24,8 +24,9 @@ import textwrap
 import pytest
 
 from envcore.runner.base import AppSource
+from envcore.runner.http import HttpRequest
 from envcore.runner.inprocess import InProcessRunner
-from envcore.sandbox import Sandbox, SandboxLimits, SandboxRunner, supported_platform
+from envcore.sandbox import LiveApp, Sandbox, SandboxLimits, SandboxRunner, supported_platform
 from envcore.sandbox.app_runtime import (
     APP_DISTRIBUTIONS,
     app_module_names,
@@ -33,6 +34,7 @@ from envcore.sandbox.app_runtime import (
     reserved_app_modules,
     reserved_module_reason,
 )
+from envcore.sandbox.runner import run_sandboxed
 from envcore.scenario.probes import BodyIncludes, JsonEquals, Probe, ProbeKind, ProbeStep, StatusIn
 from tests.sandbox_kit import DISABLE_AUDIT_HOOK
 
@@ -44,7 +46,7 @@ LIMITS = SandboxLimits(request_timeout_s=5, load_timeout_s=10, verify_timeout_s=
 def sb():
     if not SANDBOX:
         pytest.skip("the sandbox is Linux only")
-    box = Sandbox(limits=LIMITS, spares=1, templates=0).start()
+    box = Sandbox(limits=LIMITS, spares=1, templates=2).start()
     yield box
     box.close()
 
@@ -415,6 +417,37 @@ def _not_installed(metadata, name: str) -> bool:
     except metadata.PackageNotFoundError:
         return True
     return False
+
+
+TEMPLATE_CASES = {
+    "aiosqlite": (ASYNC_SQLITE, (step("/notes", *ok(id=2), method="POST", query={"owner": "bo", "text": "x"}),
+                                 step("/notes/bo", *ok(texts=["x"])), step("/count", *ok(count=2)))),
+    "slowapi": (RATE_LIMITED, (step("/search", *ok(ok=True)), step("/search", StatusIn(codes=(429,))))),
+    "faker": (FAKE_DATA, (step("/fresh", *ok(has_address=True, has_company=True)),)),
+    "jinja2": (JINJA, (step("/mail/Bo", *ok(text="Dear Bo, you have 3 new messages.")),)),
+    "itsdangerous": (SESSIONS, (step("/me", *ok(user="ann"), headers={"cookie": _session_cookie({"user": "ann"})}),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_CASES))
+def test_the_libraries_work_in_workers_forked_from_a_template(sb, name):
+    """Grading forks each probe's worker from a template that imported (and may have started) the app:
+    the libraries work there too, and every probe starts from the app as loaded."""
+    files, steps = TEMPLATE_CASES[name]
+    source = AppSource(files, "main:app")
+    probes = [Probe(id=f"probe-{i}", kind=ProbeKind.REGRESSION, title="uses the library", steps=steps) for i in range(2)]
+    before = sb.stats["from_template"]
+    report = run_sandboxed(sb, source, probes, {}, base=source)
+    assert report.load_error is None, report.load_error
+    assert all(o.passed for o in report.outcomes), [o.failures for o in report.outcomes]
+    assert sb.stats["from_template"] >= before + 2
+
+
+def test_the_live_app_serves_a_library_app_request_after_request(sb):
+    with LiveApp(sb, AppSource(ASYNC_SQLITE, "main:app")) as live:
+        assert live.request(HttpRequest.build("POST", "/notes", query={"owner": "cy", "text": "hi"})).status == 200
+        response = live.request(HttpRequest.build("GET", "/notes/cy"))
+    assert (response.status, json.loads(response.body)) == (200, {"texts": ["hi"]})
 
 
 # == the network: no network, and every call says so at once =========================================
