@@ -205,9 +205,9 @@ def test_the_same_data_patch_grades_the_same_on_every_shadow(scenario):
     assert regrade_files(hacked, shadow, scenario) == regrade_files(dict(hacked), shadow, scenario)
     with InProcessRunner() as runner:
         def passed(files, graded):
-            outcomes = runner.run(AppSource(regrade_files(files, graded, scenario), scenario.entrypoint), graded.probes,
-                                  actors_of(graded.users)).outcomes
-            return all(o.passed for o in outcomes)
+            report = runner.run(AppSource(regrade_files(files, graded, scenario), scenario.entrypoint), graded.probes,
+                                actors_of(graded.users))
+            return report.loaded and all(o.passed for o in report.outcomes)
 
         verdicts = set()
         for seed in range(4):
