@@ -216,23 +216,41 @@ def cmd_canaries(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     cache = _open(args.cache)
     ids = cache.ids()[: args.limit] if args.limit else cache.ids()
+    diagnostics: dict[str, list[str]] = {}
     with progress_bar(len(ids), "checking") as update:
         problems = verify_cache(cache.root, ids, quick=args.quick, workers=args.workers, progress=update,
-                                sandboxed=args.runner == "sandbox")
+                                sandboxed=args.runner == "sandbox", diagnostics=diagnostics)
     for scenario_id in ids:
         for line in problems.get(scenario_id, []):
             print(line if line.startswith("CORRUPT") else f"{scenario_id}: {line}")
+        _print_diagnostics(f"{scenario_id}: ", diagnostics.get(scenario_id, []))
     print(f"{len(ids) - len(problems)} of {len(ids)} scenarios valid in {cache.root}")
     return 1 if problems else 0
 
 
+def _print_diagnostics(prefix: str, blocks: list[str]) -> None:
+    """What explains a scenario's problems (or a slow load) to its author: each block indented under
+    one line that says what it is (the app's words, for its author only: never shown to an agent)."""
+    if blocks:
+        print(f"{prefix}what the app did (for the scenario's author):")
+        for block in blocks:
+            print("\n".join("    " + line for line in block.splitlines()))
+
+
 def cmd_import(args: argparse.Namespace) -> int:
-    runner = None
+    from envcore.runner.inprocess import InProcessRunner
+
     if args.runner == "sandbox":
         from envcore.sandbox import SandboxRunner
 
-        runner = SandboxRunner()
-    failed = [folder for folder in args.folder if _import_one(folder, args, runner) != 0]
+        runner: InProcessRunner | SandboxRunner = SandboxRunner(diagnostics=True)
+    else:
+        runner = InProcessRunner(diagnostics=True)
+    try:
+        failed = [folder for folder in args.folder if _import_one(folder, args, runner) != 0]
+    finally:
+        if isinstance(runner, InProcessRunner):
+            runner.close()
     if failed and len(args.folder) > 1:
         print(f"{len(failed)} of {len(args.folder)} folders were not imported: {', '.join(map(str, failed))}")
     return 1 if failed else 0
@@ -249,7 +267,9 @@ def _import_one(folder: Path, args: argparse.Namespace, runner) -> int:
     report = check_scenario(bundle, runner, fail_fast=False)
     if not report.ok:
         print(f"{folder} fails the scenario check:\n" + "\n".join(f"  - {p}" for p in report.problems))
+        _print_diagnostics("", report.diagnostics)
         return 1
+    _print_diagnostics("", report.diagnostics)  # a slow load, said even when it passes
     add_to_cache(args.out, [(bundle, args.split)], generator="import")
     if not bundle.reference_fix:
         print("warning: no fix.diff, so nothing proves this scenario can be fixed")

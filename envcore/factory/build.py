@@ -174,24 +174,34 @@ def build(
     return report
 
 
-def _init_verifier(root: str, scratch: str) -> None:
+def _init_verifier(root: str, scratch: str, diagnostics: bool = False) -> None:
     _WORKER["cache"] = ScenarioCache.open(root)
-    _WORKER["runner"] = InProcessRunner(scratch_parent=scratch)  # see _init_worker
+    _WORKER["runner"] = InProcessRunner(scratch_parent=scratch, diagnostics=diagnostics)  # see _init_worker
     _tune_gc()
+
+
+def check_entry(cache: ScenarioCache, scenario_id: str, runner: ProbeRunner, *,
+                quick: bool) -> tuple[list[str], list[str]]:
+    """(problems, diagnostics) of one cached scenario: a failed hash check, or (unless ``quick``) the
+    full check, with what its runner collected for the author (:attr:`CheckReport.diagnostics`)."""
+    try:
+        bundle = cache.load(scenario_id)
+    except CorruptEntryError as exc:
+        return [f"CORRUPT {exc}"], []
+    if quick:
+        return [], []
+    report = check_scenario(bundle, runner, fail_fast=False)
+    return report.problems, report.diagnostics
 
 
 def verify_entry(cache: ScenarioCache, scenario_id: str, runner: ProbeRunner, *, quick: bool) -> list[str]:
     """Problems of one cached scenario: a failed hash check, or (unless ``quick``) the full check."""
-    try:
-        bundle = cache.load(scenario_id)
-    except CorruptEntryError as exc:
-        return [f"CORRUPT {exc}"]
-    return [] if quick else check_scenario(bundle, runner, fail_fast=False).problems
+    return check_entry(cache, scenario_id, runner, quick=quick)[0]
 
 
-def _verify_one(job: tuple[str, bool]) -> tuple[str, list[str]]:
+def _verify_one(job: tuple[str, bool]) -> tuple[str, tuple[list[str], list[str]]]:
     scenario_id, quick = job
-    return scenario_id, verify_entry(_WORKER["cache"], scenario_id, _WORKER["runner"], quick=quick)
+    return scenario_id, check_entry(_WORKER["cache"], scenario_id, _WORKER["runner"], quick=quick)
 
 
 def verify_cache(
@@ -202,17 +212,23 @@ def verify_cache(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     sandboxed: bool = False,
+    diagnostics: dict[str, list[str]] | None = None,
 ) -> dict[str, list[str]]:
     """Load (hash-verify) and, unless ``quick``, fully re-check every scenario; return problems by id.
 
     With ``sandboxed`` the apps run in sandboxed workers (:mod:`envcore.sandbox`), for caches whose
-    apps are not the factory's own; ``workers`` threads then share one sandbox."""
+    apps are not the factory's own; ``workers`` threads then share one sandbox. Given a
+    ``diagnostics`` dict, the runners collect what explains the problems for the scenarios' authors
+    (:mod:`envcore.runner.diagnostics`) and each scenario's blocks are added to it by id."""
     workers = workers or default_workers()
     problems: dict[str, list[str]] = {}
+    diagnose = diagnostics is not None
 
-    def collect(done: int, scenario_id: str, found: list[str]) -> None:
-        if found:
-            problems[scenario_id] = found
+    def collect(done: int, scenario_id: str, found: tuple[list[str], list[str]]) -> None:
+        if found[0]:
+            problems[scenario_id] = found[0]
+        if found[1] and diagnostics is not None:
+            diagnostics[scenario_id] = found[1]
         if progress:
             progress(done)
 
@@ -221,25 +237,25 @@ def verify_cache(
 
         from envcore.sandbox import SandboxRunner
 
-        cache, runner = ScenarioCache.open(root), SandboxRunner()
+        cache, runner = ScenarioCache.open(root), SandboxRunner(diagnostics=diagnose)
         with ThreadPoolExecutor(workers) as pool:
-            found_all = pool.map(lambda sid: (sid, verify_entry(cache, sid, runner, quick=False)), scenario_ids)
+            found_all = pool.map(lambda sid: (sid, check_entry(cache, sid, runner, quick=False)), scenario_ids)
             for done, (scenario_id, found) in enumerate(found_all, 1):
                 collect(done, scenario_id, found)
         return problems
 
     if workers == 1:
-        cache, runner = ScenarioCache.open(root), InProcessRunner()
+        cache, runner = ScenarioCache.open(root), InProcessRunner(diagnostics=diagnose)
         try:
             with batch_gc():
                 for done, scenario_id in enumerate(scenario_ids, 1):
-                    collect(done, scenario_id, verify_entry(cache, scenario_id, runner, quick=quick))
+                    collect(done, scenario_id, check_entry(cache, scenario_id, runner, quick=quick))
         finally:
             runner.close()
         return problems
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="a01-verify-") as scratch, \
-            ctx.Pool(workers, initializer=_init_verifier, initargs=(str(root), scratch)) as pool:
+            ctx.Pool(workers, initializer=_init_verifier, initargs=(str(root), scratch, diagnose)) as pool:
         jobs = [(sid, quick) for sid in scenario_ids]
         for done, (scenario_id, found) in enumerate(pool.imap(_verify_one, jobs, chunksize=4), 1):
             collect(done, scenario_id, found)

@@ -35,6 +35,12 @@ problems it found as plain sentences; :func:`check_scenario` runs them all and r
 
 All app execution goes through the :class:`~envcore.runner.base.ProbeRunner` interface, so the same
 check runs on the in-process backend here and on the sandboxed backend later.
+
+With a runner built with ``diagnostics=True`` (``factory import`` and ``factory check``), the report
+also says *why* for its author (:attr:`CheckReport.diagnostics`, :mod:`envcore.runner.diagnostics`):
+the app's traceback behind every 5xx answer that made a check fail, once per distinct traceback and
+next to the request it answered, and where the time went of a load that failed, timed out or took
+more than a second.
 """
 
 from __future__ import annotations
@@ -53,11 +59,12 @@ from envcore.factory.lazy_fixes import narrow_fix_files, narrow_fixes, path_patt
 from envcore.patching import PatchError
 from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
+from envcore.runner.diagnostics import AppError, LoadProfile, render_app_errors, render_load_profile
 from envcore.runner.inprocess import InProcessRunner, top_level_names
 from envcore.scenario.bundle import Bundle, BundleUser
 from envcore.scenario.credentials import Credentials
 from envcore.scenario.patch_scope import apply_in_scope
-from envcore.scenario.probes import Probe, ProbeKind
+from envcore.scenario.probes import Probe, ProbeKind, ProbeOutcome
 from envcore.verifier.shadow import regrade_files
 
 
@@ -68,6 +75,10 @@ class CheckReport:
     scenario_id: str
     problems: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    diagnostics: list[str] = field(default_factory=list)
+    """For the scenario's author, with a runner that collects them: the app's tracebacks behind the
+    problems and the profiles of failed or slow loads, each a block of text (a slow load's may come
+    with no problem at all)."""
 
     @property
     def ok(self) -> bool:
@@ -77,6 +88,44 @@ class CheckReport:
         if self.ok:
             return f"{self.scenario_id}: ok ({sum(self.timings.values()) * 1000:.0f} ms)"
         return f"{self.scenario_id}: INVALID\n" + "\n".join(f"  - {p}" for p in self.problems)
+
+
+class Diagnostics:
+    """What the check's runs said about the app that explains its problems (see the module docstring):
+    the checks note each failed probe and each load as they report them."""
+
+    def __init__(self) -> None:
+        self.errors: list[AppError] = []
+        self.failed_loads: list[tuple[str, LoadProfile]] = []
+        self.slow_load: LoadProfile | None = None
+
+    def failed(self, report: RunReport, outcome: ProbeOutcome) -> None:
+        """``outcome`` of ``report`` made a check fail: keep the tracebacks behind its answers."""
+        self.errors += [e for e in report.app_errors if e.probe_id == outcome.probe_id]
+
+    def load(self, report: RunReport, what: str) -> None:
+        """``report``'s load of ``what`` failed (a problem says so) or succeeded: keep its profile, if
+        the runner kept one (a failed load, or a slow one)."""
+        if report.load_profile is None:
+            return
+        if not report.loaded:
+            self.failed_loads.append((what, report.load_profile))
+        elif self.slow_load is None:
+            self.slow_load = report.load_profile
+
+    def render(self) -> list[str]:
+        """The blocks of :attr:`CheckReport.diagnostics`: each distinct traceback, each failed load's
+        profile (once per place the time went), a slow load's when no load failed."""
+        blocks = render_app_errors(self.errors)
+        seen: set[tuple] = set()
+        for what, profile in self.failed_loads:
+            key = tuple((e.path, e.line) for e in profile.entries[:3])
+            if key not in seen:
+                seen.add(key)
+                blocks.append(render_load_profile(profile, what))
+        if self.slow_load is not None and not self.failed_loads:
+            blocks.append(render_load_profile(self.slow_load, "the app"))
+        return blocks
 
 
 def _actors(bundle: Bundle) -> dict[str, Credentials]:
@@ -110,6 +159,7 @@ class CheckContext:
         """Whether every narrow fix runs (else one, picked by the content hash)."""
         self._vulnerable: list[RunReport] | None = None
         self._hash: str | None = None
+        self.diagnostics = Diagnostics()
 
     @property
     def content_hash(self) -> str:
@@ -211,12 +261,15 @@ def _trap_problems(bundle: Bundle) -> list[str]:
 def check_vulnerable(ctx: CheckContext) -> list[str]:
     """The app as shipped loads, every visible and every guard probe passes, every security probe fails."""
     report = ctx.vulnerable_runs[-1]
+    ctx.diagnostics.load(report, "the vulnerable app")
     if not report.loaded:
         return [f"the vulnerable app does not load: {explain_load_error(report.load_error, ctx.bundle)}"]
     problems = []
     for outcome in report.outcomes:
         if outcome.kind == ProbeKind.SECURITY and outcome.passed:
             problems.append(f"security probe {outcome.probe_id} already passes on the vulnerable app (not exploitable)")
+        if not outcome.passed and (outcome.kind == ProbeKind.GUARD or outcome.visible):
+            ctx.diagnostics.failed(report, outcome)
         if outcome.kind == ProbeKind.GUARD and not outcome.passed:
             problems.append(f"guard probe {outcome.probe_id} fails on the vulnerable app (a guard checks security the "
                             f"app already has; it must pass before any fix): {outcome.failures[:2]}")
@@ -232,10 +285,16 @@ def check_pass_to_pass(ctx: CheckContext) -> list[str]:
     if not report.loaded:
         return []  # reported by check_vulnerable
     return [
-        f"{o.kind.value} probe {o.probe_id} fails on the vulnerable app: {o.failures[:2]}"
+        _failed(ctx, report, o, "fails on the vulnerable app")
         for o in report.outcomes
         if o.kind in (ProbeKind.REGRESSION, ProbeKind.TRAP) and not o.visible and not o.passed  # guards: vulnerable
     ]
+
+
+def _failed(ctx: CheckContext, report: RunReport, outcome: ProbeOutcome, how: str) -> str:
+    """The problem of ``outcome`` failing (``how``), its tracebacks noted for the author."""
+    ctx.diagnostics.failed(report, outcome)
+    return f"{outcome.kind.value} probe {outcome.probe_id} {how}: {outcome.failures[:2]}"
 
 
 def check_reference(ctx: CheckContext) -> list[str]:
@@ -247,10 +306,11 @@ def check_reference(ctx: CheckContext) -> list[str]:
     except PatchError as exc:
         return [f"the reference fix does not apply: {exc}"]
     report = runner.run(AppSource(fixed, bundle.entrypoint), bundle.probes, _actors(bundle))
+    ctx.diagnostics.load(report, "the fixed app")
     if not report.loaded:
         return [f"the fixed app does not load: {explain_load_error(report.load_error, ctx.bundle)}"]
     return [
-        f"{o.kind.value} probe {o.probe_id} fails with the reference fix: {o.failures[:2]}"
+        _failed(ctx, report, o, "fails with the reference fix")
         for o in report.outcomes
         if not o.passed
     ]
@@ -268,6 +328,10 @@ def check_shadow(ctx: CheckContext) -> list[str]:
     actors = _actors(shadow)
     problems = []
     vulnerable = runner.run(AppSource(regrade_files(bundle.files, shadow, bundle), bundle.entrypoint), shadow.probes, actors)
+    ctx.diagnostics.load(vulnerable, "the vulnerable app on shadow data")
+    for outcome in vulnerable.outcomes:
+        if outcome.kind == ProbeKind.GUARD and not outcome.passed:
+            ctx.diagnostics.failed(vulnerable, outcome)
     if not vulnerable.loaded:
         return [f"the vulnerable app does not load on shadow data: {vulnerable.load_error}"]
     problems += [f"security probe {o.probe_id} passes on the vulnerable app on shadow data"
@@ -281,6 +345,10 @@ def check_shadow(ctx: CheckContext) -> list[str]:
         except PatchError:
             return problems  # reported by check_reference
         report = runner.run(AppSource(regrade_files(fixed, shadow, bundle), bundle.entrypoint), shadow.probes, actors)
+        ctx.diagnostics.load(report, "the fixed app on shadow data")
+        for outcome in report.outcomes:
+            if not outcome.passed:
+                ctx.diagnostics.failed(report, outcome)
         if not report.loaded:
             return problems + [f"the fixed app does not load on shadow data: {report.load_error}"]
         problems += [f"{o.kind.value} probe {o.probe_id} fails with the reference fix on shadow data: "
@@ -327,7 +395,10 @@ def check_lazy_fixes(ctx: CheckContext) -> list[str]:
 
 
 def check_canaries(ctx: CheckContext) -> list[str]:
-    """Every canary but the lazy fixes (``lazy_fixes`` checks those) earns no more than the untouched app."""
+    """Every canary but the lazy fixes (``lazy_fixes`` checks those) earns no more than the untouched app
+    (nothing to compare with when the untouched app does not load: ``vulnerable`` says so)."""
+    if not ctx.vulnerable_runs[-1].loaded:
+        return []
     checked = tuple(c for c in CANARIES if c.gate is None)
     return [f"the canary {v.canary!r} earns more than the untouched app: it breaks no legitimate use and refuses "
             f"{len(v.refused)} exploit(s) ({', '.join(v.refused[:3])})"
@@ -348,6 +419,7 @@ def check_partial_fixes(ctx: CheckContext) -> list[str]:
         still_open = tuple(s for s in variant.sites if s != fixed_site)
         app = render_app(bundle.spec, variant.mutations_for(still_open))
         report = runner.run(AppSource(app.files, app.entrypoint), security, _actors(bundle))
+        ctx.diagnostics.load(report, f"the app with only {fixed_site} fixed")
         if not report.loaded:
             problems.append(f"fixing only {fixed_site} breaks the app: {report.load_error}")
             continue
@@ -356,6 +428,8 @@ def check_partial_fixes(ctx: CheckContext) -> list[str]:
             expect_pass = fixed_site in probe.sites and not set(probe.sites) & set(still_open)
             if by_id[probe.id] != expect_pass:
                 state = "passes" if by_id[probe.id] else "fails"
+                if not by_id[probe.id]:
+                    ctx.diagnostics.failed(report, next(o for o in report.outcomes if o.probe_id == probe.id))
                 problems.append(f"fixing only {fixed_site}: security probe {probe.id} unexpectedly {state}")
     return problems
 
@@ -374,6 +448,7 @@ def check_narrow_fixes(ctx: CheckContext) -> list[str]:
     for fix in fixes:
         report = ctx.runner.run(AppSource(narrow_fix_files(bundle, fix), bundle.entrypoint), probes, _actors(bundle),
                                 stop_on_failure=True)
+        ctx.diagnostics.load(report, f"the narrow fix {fix.name!r}")
         if not report.loaded:
             problems.append(f"the narrow fix {fix.name!r} does not load: {report.load_error}")
         elif all(o.passed for o in report.outcomes):
@@ -451,6 +526,7 @@ def check_scenario(
         report.problems += [f"[{name}] {p}" for p in problems]
         if problems and (fail_fast or name == "actors"):
             break  # (probes that name unknown users cannot be sent at all)
+    report.diagnostics = ctx.diagnostics.render()
     return report
 
 

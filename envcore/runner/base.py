@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
 from envcore.runner.actors import Actors
+from envcore.runner.diagnostics import AppError, LoadProfile
 from envcore.runner.http import HttpRequest, HttpResponse
 from envcore.scenario.probes import Probe, ProbeOutcome
 
@@ -45,6 +46,10 @@ class RunReport:
     """The isolation layers the app ran under (sandboxed backends only)."""
     restarts: int = 0
     """Times the app's process was replaced after crashing or hanging (sandboxed backends only)."""
+    app_errors: tuple[AppError, ...] = ()
+    """The app's tracebacks behind 5xx answers, in probe order (runners built with ``diagnostics``)."""
+    load_profile: LoadProfile | None = None
+    """Where the load's time went, when it failed or was slow (runners built with ``diagnostics``)."""
 
     @property
     def loaded(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from envcore.runner.actors import Actors, ActorSession
+from envcore.runner.diagnostics import AppError, failed_answer
 from envcore.runner.http import HttpRequest, HttpResponse
 from envcore.scenario.probes import Probe, ProbeOutcome, ProbeStep, StepResult, check_fact
 
@@ -58,11 +59,13 @@ class ProbeExchange:
     whose actor's login failed is not sent: its response carries the reason in ``not_sent``.
     ``preset`` answers steps that must not reach the app (a gate's answer), and ``gate`` answers a
     login request the same way (both judged on the step's path as written, ``{app_root}`` unfilled).
+    An answer that carries the app's traceback (diagnostics, see :mod:`envcore.runner.diagnostics`)
+    with a 5xx status or none is kept in :attr:`app_errors`, with the request it answered.
     """
 
     def __init__(self, steps: Sequence[ProbeStep], actors: Actors, app_root: str | None = None, *,
                  preset: Sequence[HttpResponse | None] | None = None,
-                 gate: Callable[[HttpRequest], HttpResponse | None] | None = None) -> None:
+                 gate: Callable[[HttpRequest], HttpResponse | None] | None = None, probe_id: str = "") -> None:
         self.steps = tuple(steps)
         self.session = ActorSession(actors)
         for step in self.steps:  # an unknown actor is the caller's mistake: raised before anything is sent
@@ -73,6 +76,9 @@ class ProbeExchange:
         self.responses: list[HttpResponse | None] = list(preset) if preset is not None else [None] * len(self.steps)
         self._signing_in: str | None = None
         """The actor whose login request is out (``None``: a step's request is)."""
+        self.probe_id = probe_id
+        self.app_errors: list[AppError] = []
+        self._sent: HttpRequest | None = None
 
     def _next_step(self) -> int | None:
         return next((i for i, response in enumerate(self.responses) if response is None), None)
@@ -89,17 +95,25 @@ class ProbeExchange:
                     self.session.record_login(actor, gated)
                     continue
                 self._signing_in = actor
+                self._sent = login
                 return login
             failure = self.session.login_failure(actor)
             if failure is not None:
                 self.responses[index] = HttpResponse(None, error=failure, not_sent=failure)
                 continue
             self._signing_in = None
-            return _signed_step(self.steps[index], self.session, self.app_root)
+            self._sent = _signed_step(self.steps[index], self.session, self.app_root)
+            return self._sent
         return None
 
     def answer(self, response: HttpResponse) -> None:
         """What came back for the request :meth:`next_request` gave last."""
+        if response.traceback is not None and failed_answer(response.status) and self._sent is not None:
+            index = self._next_step()
+            actor = self._signing_in if self._signing_in is not None else (
+                self.steps[index].actor if index is not None else None)
+            self.app_errors.append(AppError(self.probe_id, self._sent.method, self._sent.path, actor,
+                                            response.status, response.traceback, login=self._signing_in is not None))
         if self._signing_in is not None:
             self.session.record_login(self._signing_in, response)
             self._signing_in = None
@@ -170,16 +184,20 @@ async def run_probes(
     *,
     stop_on_failure: bool = False,
     app_root: str | None = None,
+    app_errors: list[AppError] | None = None,
 ) -> tuple[list[ProbeOutcome], int, bool]:
     """Run ``probes`` in order; return (outcomes, requests sent, stopped early). Each probe's actors
-    that sign in with a login request do so at the start of that probe (logins count as sent)."""
+    that sign in with a login request do so at the start of that probe (logins count as sent).
+    The app's tracebacks the answers carried (diagnostics) are added to ``app_errors``."""
     outcomes: list[ProbeOutcome] = []
     sent = 0
     for probe in probes:
-        exchange = ProbeExchange(probe.steps, actors, app_root)
+        exchange = ProbeExchange(probe.steps, actors, app_root, probe_id=probe.id)
         while (request := exchange.next_request()) is not None:
             exchange.answer(await send(request))
             sent += 1
+        if app_errors is not None:
+            app_errors += exchange.app_errors
         outcome = probe_outcome(probe, exchange.answers)
         outcomes.append(outcome)
         if stop_on_failure and not outcome.passed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlencode
 
 MAX_BODY_BYTES = 1_000_000
@@ -58,6 +58,9 @@ class HttpResponse:
     """Said by the runner, not the app (e.g. that the app was restarted before this request)."""
     not_sent: str | None = None
     """Why the runner never sent the request (its actor's login failed): the step fails with it."""
+    traceback: str | None = None
+    """The app's traceback of the exception that escaped it (:func:`envcore.runner.diagnostics.app_traceback`),
+    only from a runner asked for diagnostics: the scenario's author's tools, never grading."""
 
 
 def _scope(request: HttpRequest) -> dict[str, Any]:
@@ -90,8 +93,10 @@ JOINERS = {"set-cookie": "\n"}
 """How the values of a repeated response header are joined (any other: ``", "``)."""
 
 
-async def call_asgi(app: Any, request: HttpRequest) -> HttpResponse:
-    """Send one request to an ASGI app and collect its response."""
+async def call_asgi(app: Any, request: HttpRequest, *,
+                    on_error: Callable[[BaseException], str] | None = None) -> HttpResponse:
+    """Send one request to an ASGI app and collect its response. ``on_error`` turns an exception
+    that escaped the app into the response's ``traceback`` (diagnostics; ``None``: none is kept)."""
     received = False
 
     async def receive() -> dict[str, Any]:
@@ -125,12 +130,13 @@ async def call_asgi(app: Any, request: HttpRequest) -> HttpResponse:
             truncated = truncated or size + len(chunk) > MAX_BODY_BYTES
             size += len(chunk)
 
-    error = None
+    error = trace = None
     try:
         await app(_scope(request), receive, send)
     except Exception as exc:  # the app's own failure: Starlette has usually sent a 500 already
         error = f"{type(exc).__name__}: {exc}"
-    return HttpResponse(status, headers, b"".join(chunks), error, truncated)
+        trace = on_error(exc) if on_error is not None else None
+    return HttpResponse(status, headers, b"".join(chunks), error, truncated, traceback=trace)
 
 
 class Lifespan:

@@ -46,6 +46,7 @@ from envcore.runner import request_warmup
 from envcore.runner.actors import Actors
 from envcore.runner.base import AppSource, Batch, RunnerInfrastructureError, RunReport
 from envcore.runner.databases import DatabaseBuildError, build_databases
+from envcore.runner.diagnostics import AppError, LoadSampler, app_traceback, worth_showing
 from envcore.runner.execute import run_probes
 from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, WouldReachApp, call_asgi, gate_app
 from envcore.runner.snapshot import FolderSnapshot
@@ -314,7 +315,11 @@ class InProcessRunner:
 
     name = "inprocess"
 
-    def __init__(self, *, isolate_probes: bool = False, scratch_parent: str | None = None) -> None:
+    def __init__(self, *, isolate_probes: bool = False, scratch_parent: str | None = None,
+                 diagnostics: bool = False) -> None:
+        self.diagnostics = diagnostics
+        """Keep the app's tracebacks behind 5xx answers and profile its load, for the scenario's
+        author (:mod:`envcore.runner.diagnostics`)."""
         self.isolate_probes = isolate_probes
         """Every probe on the app exactly as loaded, as grading runs it (one fork per probe); by
         default the probes of a batch share one copy of the app, which is several times cheaper
@@ -394,11 +399,13 @@ class InProcessRunner:
         context = _endpoint_context_cache()
         reports: list[RunReport] = []
         root = self._root / "app-root"
+        sampler: LoadSampler | None = None
         try:
             try:
                 root = self._workspace(source.files)
             except OSError as exc:  # workspace trouble is ours, not the app's
                 raise RunnerInfrastructureError(f"cannot prepare the app workspace: {exc}") from exc
+            sampler = LoadSampler(str(root)).start() if self.diagnostics else None
             try:
                 build_databases(root, source.files)
             except DatabaseBuildError as exc:
@@ -411,6 +418,7 @@ class InProcessRunner:
             failure = self._loop.run_until_complete(lifespan.startup())
             if failure is not None:
                 raise AppLoadError(f"startup failed: {failure}")
+            profile = worth_showing(sampler.stop(), loaded=True) if sampler is not None else None
             snapshot = FolderSnapshot(str(root))  # as loaded: startup may have written files
             if warm and (len(batches) > 1 or self.isolate_probes or any(b.isolate for b in batches)):
                 # the request path's first-use work once, before the forks (nothing of the app's runs)
@@ -422,7 +430,7 @@ class InProcessRunner:
                     return self.run_batches(source, batches, actors, warm=False)
             for i, batch in enumerate(batches):
                 t0 = time.perf_counter()
-                outcomes, sent, stopped = [], 0, False
+                outcomes, sent, stopped, errors = [], 0, False, []
                 isolate = self.isolate_probes or batch.isolate
                 units = [Batch((probe,), batch.gate) for probe in batch.probes] if isolate else [batch]
                 for j, unit in enumerate(units):
@@ -443,6 +451,7 @@ class InProcessRunner:
                     outcomes += result[0]
                     sent += result[1]
                     stopped = stopped or result[2]
+                    errors += result[3]
                     if batch.stop_on_failure and not all(o.passed for o in result[0]):
                         stopped = stopped or j < len(units) - 1
                         break
@@ -453,13 +462,18 @@ class InProcessRunner:
                         elapsed_s=time.perf_counter() - (started if i == 0 else t0),
                         requests=sent,
                         stopped_early=stopped,
+                        app_errors=tuple(errors),
+                        load_profile=profile,
                     )
                 )
             self._loop.run_until_complete(lifespan.shutdown())
         except AppLoadError as exc:
-            failed = RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started)
+            profile = worth_showing(sampler.stop(), loaded=False) if sampler is not None else None
+            failed = RunReport(load_error=str(exc), elapsed_s=time.perf_counter() - started, load_profile=profile)
             return [failed for _ in batches]
         finally:
+            if sampler is not None:
+                sampler.stop()  # (a no-op once stopped)
             os.chdir(cwd)
             if context is not None:
                 for fn in endpoints:
@@ -499,15 +513,20 @@ class InProcessRunner:
         if batch.gate is not None and front is None:
             target = gate_app(app, batch.gate.status, batch.gate.path_patterns, closed=closed_gate)
 
+        root = str(self._root / "app-root")
+        on_error = (lambda exc: app_traceback(exc, root)) if self.diagnostics else None
+
         async def send(request: HttpRequest) -> HttpResponse:
             if front is None:
-                return await call_asgi(target, request)
+                return await call_asgi(target, request, on_error=on_error)
             answer = front.answer(request)
             if answer is not None:
                 return answer
-            response = await call_asgi(target, request)
+            response = await call_asgi(target, request, on_error=on_error)
             front.observe(request, response)
             return response
 
-        return await run_probes(send, batch.probes, actors, stop_on_failure=batch.stop_on_failure,
-                                app_root=str(self._root / "app-root"))
+        errors: list[AppError] = []
+        outcomes, sent, stopped = await run_probes(send, batch.probes, actors, stop_on_failure=batch.stop_on_failure,
+                                                   app_root=root, app_errors=errors)
+        return outcomes, sent, stopped, errors

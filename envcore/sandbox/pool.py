@@ -42,6 +42,7 @@ from typing import Any, Mapping, Sequence
 
 from envcore.filetree import tree_problem
 from envcore.runner.base import AppSource, RunnerInfrastructureError
+from envcore.runner.diagnostics import MAX_TRACEBACK_CHARS, LoadProfile
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
 from envcore.runner.inprocess import AppLoadError, materialize
 from envcore.sandbox import posture
@@ -72,7 +73,12 @@ TRUSTED_FILENAME = "<trusted>"
 
 
 class AppLoadFailure(Exception):
-    """The app did not load in its worker (syntax or import error, startup crash, hang, exit)."""
+    """The app did not load in its worker (syntax or import error, startup crash, hang, exit).
+    ``profile``: where the load's time went, for a worker asked for diagnostics."""
+
+    def __init__(self, message: str, profile: LoadProfile | None = None) -> None:
+        super().__init__(message)
+        self.profile = profile
 
 
 class WorkerGone(Exception):
@@ -137,8 +143,10 @@ def _source_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _validate_response(message: dict[str, Any], body: bytes) -> HttpResponse:
-    """A worker's response frame as an :class:`HttpResponse`; :class:`WireError` if malformed."""
+def _validate_response(message: dict[str, Any], body: bytes, diagnose: bool = False) -> HttpResponse:
+    """A worker's response frame as an :class:`HttpResponse`; :class:`WireError` if malformed. The
+    app's traceback is kept only when the worker was asked for one (``diagnose``): a traceback a
+    worker sends unasked is the app talking, and is dropped."""
     status = message.get("status")
     headers = message.get("headers")
     error = message.get("error")
@@ -153,7 +161,11 @@ def _validate_response(message: dict[str, Any], body: bytes) -> HttpResponse:
         parsed[item[0][:256].lower()] = item[1][:8192]
     if error is not None and not isinstance(error, str):
         raise WireError("malformed response error")
-    return HttpResponse(status, parsed, body, error[:2000] if error else None, bool(message.get("truncated")))
+    trace = message.get("traceback") if diagnose else None
+    if trace is not None and not isinstance(trace, str):
+        raise WireError("malformed response traceback")
+    return HttpResponse(status, parsed, body, error[:2000] if error else None, bool(message.get("truncated")),
+                        traceback=trace[:MAX_TRACEBACK_CHARS] if trace else None)
 
 
 class Worker:
@@ -179,6 +191,11 @@ class Worker:
         self.containment: dict[str, Any] = {}
         self.load_timings_ms: dict[str, float] = {}
         """Where the worker spent its load time (files, import, startup), as it reported."""
+        self.diagnose = False
+        """Asked for diagnostics (the scenario's author's tools, never grading): the load's profile
+        and the app's tracebacks are kept (:mod:`envcore.runner.diagnostics`)."""
+        self.load_profile: LoadProfile | None = None
+        """For a worker asked for diagnostics: where its load's time went, if it failed or was slow."""
         self.closed = False
         self._how_ended: str | None = None
         self._template_lost = False
@@ -191,19 +208,19 @@ class Worker:
         """Wait for the app to load; return the containment layers or raise :class:`AppLoadFailure`."""
         deadline = time.monotonic() + timeout_s
         try:
-            message, blob = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=MAX_PLAN_BYTES)
+            message, blob = self._read_load(deadline, MAX_PLAN_BYTES)
             if message.get("type") == "spare":  # (a prepared spare's was read when it was prepared)
-                message, blob = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=MAX_PLAN_BYTES)
+                message, blob = self._read_load(deadline, MAX_PLAN_BYTES)
             if message.get("type") == "plan" and self.template is not None and self.swapped is None:
                 # Sent before any patched code ran: what the worker computed from the patch, nothing else.
                 if isinstance(message.get("plan"), list):
                     self.swap_plan = (message["plan"], blob)
-                message, blob = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=0)
+                message, blob = self._read_load(deadline, 0)
             if blob:
                 raise WireError("unexpected data with the load report")
         except WireTimeout:
             self.close()
-            raise AppLoadFailure(f"the app did not finish loading within {timeout_s:g} s") from None
+            raise AppLoadFailure(f"the app did not finish loading within {timeout_s:g} s", self.load_profile) from None
         except PeerClosed:
             try:
                 ended = self._ended()
@@ -213,10 +230,12 @@ class Worker:
                 # The template died (with its zygote, say) before this worker loaded anything: the
                 # app is not to blame, and a fresh worker can load it.
                 return self._fall_back("the template process was gone", deadline)
-            raise AppLoadFailure(f"the app's process ended while loading ({ended})") from None
+            raise AppLoadFailure(f"the app's process ended while loading ({ended})", self.load_profile) from None
         except WireError as exc:
             self.close()
             raise AppLoadFailure(f"the app's process broke the protocol while loading: {exc}") from None
+        if self.diagnose and "profile" in message:
+            self.load_profile = LoadProfile.from_json(message["profile"]) or self.load_profile
         self.containment = message.get("containment") or {}
         self.load_timings_ms = message.get("timings_ms") or {}
         if message.get("type") == "unswappable" and self.fallback is not None:
@@ -228,11 +247,21 @@ class Worker:
             self.sandbox.stats["swapped"] += 1
         if message.get("type") == "load_error":
             self.close()
-            raise AppLoadFailure(str(message.get("error"))[:4000])
+            raise AppLoadFailure(str(message.get("error"))[:4000], self.load_profile)
         if message.get("type") != "ready":
             self.close()
             raise AppLoadFailure("the app's process broke the protocol while loading")
         return self.containment
+
+    def _read_load(self, deadline: float, max_blob: int) -> tuple[dict[str, Any], bytes]:
+        """The worker's next frame while it loads. A worker asked for diagnostics sends the load's
+        profile so far as it goes (kept in :attr:`load_profile`, the frame skipped); from any other
+        worker such a frame is a frame out of protocol, which fails its load."""
+        while True:
+            message, blob = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=max_blob)
+            if not (self.diagnose and message.get("type") == "profile" and not blob):
+                return message, blob
+            self.load_profile = LoadProfile.from_json(message.get("profile")) or self.load_profile
 
     def _fall_back(self, reason: str, deadline: float) -> dict[str, Any]:
         """Become a fresh worker loading the same app (a template's worker could not load it)."""
@@ -245,8 +274,11 @@ class Worker:
 
     def send(self, requests: Sequence[HttpRequest]) -> None:
         """Queue requests; the worker answers them in order, one :meth:`receive` each."""
+        frame: dict[str, Any] = {"type": "requests", "requests": [request_to_json(r) for r in requests]}
+        if self.diagnose:
+            frame["diagnose"] = self.workspace  # the app's tracebacks, its frames under this folder
         try:
-            send_frame(self.sock, {"type": "requests", "requests": [request_to_json(r) for r in requests]})
+            send_frame(self.sock, frame)
         except (OSError, socket.timeout) as exc:
             ended = self._ended()
             raise WorkerGone(f"the app's process is not reading requests ({ended}): {exc}") from None
@@ -258,7 +290,7 @@ class Worker:
             message, body = self.reader.read(
                 time.monotonic() + max(timeout_s, 0.0), max_json=MAX_RESPONSE_JSON, max_blob=MAX_BODY_BYTES
             )
-            response = _validate_response(message, body)
+            response = _validate_response(message, body, self.diagnose)
         except WireTimeout:
             self.close()
             raise WorkerGone(f"no response within {timeout_s:.3g} s; the app's process was stopped") from None
@@ -598,9 +630,11 @@ class Sandbox:
         return message, b"".join(blobs)
 
     def spawn(self, source: AppSource, template: TemplateLink | None = None,
-              plan: tuple[list, bytes] | None = None) -> Worker:
+              plan: tuple[list, bytes] | None = None, *, diagnose: bool = False) -> Worker:
         """A worker that is loading ``source``: a spare if one is ready, else a fresh fork. Requests
-        may be sent at once; :meth:`Worker.wait_ready` says whether the app loaded.
+        may be sent at once; :meth:`Worker.wait_ready` says whether the app loaded. With ``diagnose``
+        (the scenario's author's tools, never grading) the worker profiles its load and sends the
+        app's tracebacks (:mod:`envcore.runner.diagnostics`).
 
         With ``template`` (lent to the caller by :meth:`Templates.acquire`, for a base that ``source``
         fits), the worker is forked from that template and swaps the patch in (applying ``plan``, the
@@ -624,16 +658,16 @@ class Sandbox:
         for _attempt in range(SPAWN_ATTEMPTS):
             try:
                 if template is not None and template.alive:
-                    worker = self._spawn_from_template(source, template, plan)
+                    worker = self._spawn_from_template(source, template, plan, diagnose)
                 else:
-                    worker = self._spawn_fresh(source)
+                    worker = self._spawn_fresh(source, diagnose)
             except TemplateLost:
                 continue  # it died (with its zygote, say): the next attempt loads afresh
             if worker is not None:
                 return worker
         raise RunnerInfrastructureError(f"the sandbox could not start a worker in {SPAWN_ATTEMPTS} attempts")
 
-    def _spawn_fresh(self, source: AppSource) -> Worker | None:
+    def _spawn_fresh(self, source: AppSource, diagnose: bool = False) -> Worker | None:
         """A zygote's worker loading ``source``; ``None`` if the worker died before it was given the app."""
         worker = self._take_spare()
         self.stats["spawns"] += 1
@@ -661,15 +695,17 @@ class Sandbox:
             if isinstance(exc, OSError) and exc.errno in OUR_WRITE_ERRORS:  # the disk or the system, not the files
                 raise RunnerInfrastructureError(f"cannot write the app's files: {exc}") from exc
             raise AppLoadFailure(f"the app's files cannot be written: {exc}") from None
+        message, blob = self.load_message(source)
+        worker.diagnose = message["diagnose"] = diagnose  # (the worker profiles its load when asked)
         try:
-            send_frame(worker.sock, *self.load_message(source))
+            send_frame(worker.sock, message, blob)
         except OSError:
             worker.close()  # a spare that died while waiting (its zygote was replaced): use a fresh one
             return None
         return worker
 
     def _spawn_from_template(self, source: AppSource, template: TemplateLink,
-                             plan: tuple[list, bytes] | None = None) -> Worker | None:
+                             plan: tuple[list, bytes] | None = None, diagnose: bool = False) -> Worker | None:
         worker = self.templates.take_spare(template)
         self.stats["spawns"] += 1
         self.stats["from_spare"] += worker is not None
@@ -685,7 +721,8 @@ class Sandbox:
         with self._spare_lock:
             self._busy += 1
         worker.handed_out = True
-        worker.fallback = lambda: self.spawn(source)
+        worker.fallback = lambda: self.spawn(source, diagnose=diagnose)
+        worker.diagnose = diagnose  # (the app's tracebacks; a template's worker does not profile its swap)
         message = {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint,
                    "plan": plan[0] if plan else None}
         try:

@@ -37,6 +37,7 @@ from urllib.parse import unquote
 
 from envcore.runner.actors import Actors
 from envcore.runner.base import AppSource, Batch, Gate, RunReport
+from envcore.runner.diagnostics import AppError, LoadProfile
 from envcore.runner.execute import ProbeExchange, assemble_outcomes
 from envcore.runner.http import HttpRequest, HttpResponse, gate_body
 from envcore.sandbox.pool import AppLoadFailure, Sandbox, Worker, WorkerGone
@@ -77,17 +78,20 @@ def run_sandboxed(
     stop_on_failure: bool = False,
     base: AppSource | None = None,
     base_again: bool = True,
+    diagnose: bool = False,
 ) -> RunReport:
     """Run ``probes`` against ``source``, each in a fresh worker; see the module docstring. ``base``
     (the trusted app ``source`` was patched from, with the same data files) lets the workers come
     from a template of that app, lent to this run, when the patch fits it; ``base_again`` says
-    whether a later run may want the same base (then the next template of it is prepared)."""
+    whether a later run may want the same base (then the next template of it is prepared).
+    ``diagnose`` (the scenario's author's tools; grading never asks) keeps the app's tracebacks
+    behind 5xx answers and the load's profile (:mod:`envcore.runner.diagnostics`)."""
     limits = sandbox.limits
     started = time.perf_counter()
     budget_s = limits.verify_timeout_s + limits.probe_allowance_s * len(probes)
     blocks = _gate_matcher(gate) if gate is not None and gate.front is None else (lambda request: None)
     run = _Run(sandbox, source, actors, blocks, deadline=time.monotonic() + budget_s,
-               front=gate.front if gate is not None else None)
+               front=gate.front if gate is not None else None, diagnose=diagnose)
     sandbox.run_started()
     if base is not None and sandbox.templates.enabled and fits(source, base) and _needs_app(probes, blocks) > 1:
         run.template = sandbox.templates.acquire(base, again=base_again)  # one import for the whole run instead of one per probe
@@ -103,7 +107,7 @@ def run_sandboxed(
             index += 1
             if run.load_error is not None:
                 return RunReport(load_error=run.load_error, elapsed_s=time.perf_counter() - started,
-                                 containment=run.containment)
+                                 containment=run.containment, load_profile=run.load_profile)
             if stop_on_failure and not _passed(probes[index - 1], answers[index - 1]):
                 judged = index
             elif run.loaded_once and not stop_on_failure:
@@ -119,6 +123,7 @@ def run_sandboxed(
         sandbox.run_ended()
     responses = [answer for index in range(judged) for answer in answers[index]]  # type: ignore[union-attr]
     outcomes, _ = assemble_outcomes(list(probes[:judged]), responses)
+    order = {probe.id: index for index, probe in enumerate(probes)}  # (two lanes finish in any order)
     return RunReport(
         load_error=None,
         outcomes=tuple(outcomes),
@@ -127,6 +132,8 @@ def run_sandboxed(
         stopped_early=judged < len(probes),
         containment=run.containment,
         restarts=run.crashed,
+        app_errors=tuple(sorted(run.app_errors, key=lambda e: order.get(e.probe_id, len(order)))),
+        load_profile=run.load_profile,
     )
 
 
@@ -163,7 +170,7 @@ class _Run:
     neither their order nor their overlap can change an answer."""
 
     def __init__(self, sandbox: Sandbox, source: AppSource, actors: Actors, blocks, *,
-                 deadline: float, front=None) -> None:
+                 deadline: float, front=None, diagnose: bool = False) -> None:
         self.sandbox, self.source, self.actors, self.blocks = sandbox, source, actors, blocks
         self.front = front
         """A :class:`~envcore.runner.base.Front` factory: each worker (one probe) gets a fresh one."""
@@ -175,6 +182,10 @@ class _Run:
         self.load_error: str | None = None
         self.sent = 0
         self.crashed = 0
+        self.diagnose = diagnose
+        self.app_errors: list[AppError] = []
+        self.load_profile: LoadProfile | None = None
+        """The first failed or slow load's profile (with ``diagnose``)."""
         self._lock = threading.Lock()
 
     def serve(self, probe: Probe, *, lane: int = 0) -> list[HttpResponse]:
@@ -190,16 +201,19 @@ class _Run:
             raise _Timeout
         template = self.template if lane == 0 else None
         try:
-            worker = self.sandbox.spawn(self.source, template, self.plan if template is not None else None)
+            worker = self.sandbox.spawn(self.source, template, self.plan if template is not None else None,
+                                        diagnose=self.diagnose)
             containment = worker.wait_ready(min(limits.load_timeout_s, left))
         except (AppLoadFailure, WorkerGone) as exc:
             if not self.loaded_once:
                 self.load_error = str(exc)
+                self.load_profile = getattr(exc, "profile", None)
                 return [a or HttpResponse(None, error=str(exc)) for a in answers]
             return [a or HttpResponse(None, error=f"the app did not load for this check: {exc}") for a in answers]
         with self._lock:
             self.loaded_once = True
             self.containment = containment
+            self.load_profile = self.load_profile or worker.load_profile
             if template is not None and self.plan is None and worker.swap_plan is not None:
                 self.plan = worker.swap_plan  # the run's later workers apply it instead of planning again
             if template is not None and worker.swapped is False and self.template is template:
@@ -209,7 +223,7 @@ class _Run:
         # the probe's requests as this worker must get them: {app_root} is its own folder, and its
         # actors sign in to it (a login the gate stops fails as the app's own refusal would)
         exchange = ProbeExchange(probe.steps, self.actors, worker.workspace, preset=answers,
-                                 gate=self.blocks)
+                                 gate=self.blocks, probe_id=probe.id)
         with worker:
             asked, gone = _serve_probe(worker, exchange, self.deadline, limits.request_timeout_s,
                                        self.front() if self.front is not None else None)
@@ -217,6 +231,7 @@ class _Run:
         with self._lock:
             self.sent += asked
             self.crashed += gone
+            self.app_errors += exchange.app_errors
             if lane:
                 self.sandbox.stats["second_lane"] += 1
         return answers  # type: ignore[return-value]
@@ -306,10 +321,13 @@ class SandboxRunner:
 
     name = "sandbox"
 
-    def __init__(self, sandbox: Sandbox | None = None) -> None:
+    def __init__(self, sandbox: Sandbox | None = None, *, diagnostics: bool = False) -> None:
         from envcore.sandbox.default import default_sandbox
 
         self.sandbox = sandbox or default_sandbox()
+        self.diagnostics = diagnostics
+        """Keep the app's tracebacks behind 5xx answers and profile its loads, for the scenario's
+        author (:mod:`envcore.runner.diagnostics`); grading never builds a runner with it."""
 
     def run(
         self,
@@ -319,12 +337,18 @@ class SandboxRunner:
         *,
         stop_on_failure: bool = False,
     ) -> RunReport:
-        return run_sandboxed(self.sandbox, source, probes, actors, stop_on_failure=stop_on_failure)
+        return run_sandboxed(self.sandbox, source, probes, actors, stop_on_failure=stop_on_failure,
+                             diagnose=self.diagnostics)
 
     def run_batches(self, source: AppSource, batches: Sequence[Batch], actors: Actors) -> list[RunReport]:
-        """Each batch's probes on pristine workers (a probe whose every request stops at its gate needs none)."""
-        return [
-            run_sandboxed(self.sandbox, source, batch.probes, actors, gate=batch.gate,
-                          stop_on_failure=batch.stop_on_failure)
-            for batch in batches
-        ]
+        """Each batch's probes on pristine workers (a probe whose every request stops at its gate needs
+        none). Once the app fails to load for one batch, every later batch reports that failure, as
+        when the in-process runner loads once for them all: loading it again would only wait again
+        (a load that times out costs the whole load deadline)."""
+        reports: list[RunReport] = []
+        for batch in batches:
+            failed = next((r for r in reports if not r.loaded), None)
+            reports.append(failed if failed is not None else run_sandboxed(
+                self.sandbox, source, batch.probes, actors, gate=batch.gate, stop_on_failure=batch.stop_on_failure,
+                diagnose=self.diagnostics))
+        return reports

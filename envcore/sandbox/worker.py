@@ -28,6 +28,7 @@ from types import CodeType
 from typing import Any, Callable
 
 from envcore.runner.databases import DatabaseBuildError, build_databases
+from envcore.runner.diagnostics import LoadSampler, app_traceback, worth_showing
 from envcore.runner.http import HttpRequest, Lifespan, call_asgi
 from envcore.runner.inprocess import (
     AppLoadError,
@@ -142,13 +143,14 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     # A spare worker waits here, contained, until the parent gives it an app.
     message, blob = read_frame_fd(fd)
     clock = [time.perf_counter()]
+    sampler = _load_sampler(fd, message, workspace)
     files: dict[str, str] = message["files"]
     root = Path(workspace)  # the parent has written the data files here; the .py files load from memory
     code_cache = precompiled(root, files, message.get("compiled", []), blob)
     try:  # the app's databases kept as SQL text, built here, contained, before any hook or app code
         build_databases(root, files)
     except DatabaseBuildError as exc:
-        write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
+        write_all_fd(fd, encode(_with_profile({"type": "load_error", "error": str(exc), "containment": layers}, sampler)))
         return
     policy = containment.install_audit_hook(workspace, limits, spawn["read_roots"],
                                             importable=importable_modules() | top_level_names(files))
@@ -160,21 +162,43 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
         app = import_app(root, files, message["entrypoint"], code_cache, keep_modules=True)
         _seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
     except AppLoadError as exc:
-        write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
+        write_all_fd(fd, encode(_with_profile({"type": "load_error", "error": str(exc), "containment": layers}, sampler)))
         return
     clock.append(time.perf_counter())
     importable = importable_modules()
     start_and_serve(fd, app, loop, layers, clock, ("files", "import"),
                     loaded=lambda: containment.freeze(freezer, policy,
-                                                      before=lambda: import_named_modules(files, importable)))
+                                                      before=lambda: import_named_modules(files, importable)),
+                    sampler=sampler)
+
+
+def _load_sampler(fd: int, message: dict[str, Any], workspace: str) -> LoadSampler | None:
+    """A sampler of this worker's stack while the app loads, if the parent asked for diagnostics
+    (:mod:`envcore.runner.diagnostics`); the profile so far goes to the parent as the load runs, so
+    a load stopped at its deadline still has one."""
+    if not message.get("diagnose"):
+        return None
+    send = lambda profile: write_all_fd(fd, encode({"type": "profile", "profile": profile.to_json()}))  # noqa: E731
+    return LoadSampler(workspace, report=send).start()
+
+
+def _with_profile(report: dict[str, Any], sampler: LoadSampler | None) -> dict[str, Any]:
+    """The load's report (``ready`` or ``load_error``), with the load profile if one was taken and the
+    load failed or was slow."""
+    if sampler is not None:
+        profile = worth_showing(sampler.stop(), loaded=report["type"] == "ready")
+        if profile is not None:
+            report["profile"] = profile.to_json()
+    return report
 
 
 def start_and_serve(fd: int, app: Any, loop: asyncio.AbstractEventLoop, layers: dict[str, Any], clock: list[float],
                     phases: tuple[str, ...], extra: dict[str, Any] | None = None, *,
-                    loaded: Callable[[], str | None] | None = None, started: bool = False) -> None:
+                    loaded: Callable[[], str | None] | None = None, started: bool = False,
+                    sampler: LoadSampler | None = None) -> None:
     """Run the app's startup (unless it ``started`` in the template this worker was forked from), then
     ``loaded`` (which closes the folder to new files: ``None``, or why it failed), report ``ready`` (with how long each phase in ``clock`` took) or ``load_error``,
-    and serve requests."""
+    and serve requests. ``sampler``: the load's profile, stopped before either report."""
     try:
         failure = None if started else loop.run_until_complete(Lifespan(app).startup())
         if failure is not None:
@@ -183,22 +207,26 @@ def start_and_serve(fd: int, app: Any, loop: asyncio.AbstractEventLoop, layers: 
         if problem is not None:
             raise AppLoadError(problem)
     except AppLoadError as exc:
-        write_all_fd(fd, encode({"type": "load_error", "error": str(exc), "containment": layers}))
+        write_all_fd(fd, encode(_with_profile({"type": "load_error", "error": str(exc), "containment": layers}, sampler)))
         return
     clock.append(time.perf_counter())
     names = (*phases, "startup")
     timings: dict[str, Any] = {name: round((b - a) * 1000, 3) for name, a, b in zip(names, clock, clock[1:])}
-    write_all_fd(fd, encode({"type": "ready", "containment": layers, "timings_ms": {**timings, **(extra or {})}}))
+    ready = {"type": "ready", "containment": layers, "timings_ms": {**timings, **(extra or {})}}
+    write_all_fd(fd, encode(_with_profile(ready, sampler)))
     serve_requests(fd, app, loop)
 
 
 def serve_requests(fd: int, app: Any, loop: asyncio.AbstractEventLoop) -> None:
     """Answer the parent's request frames, in order, one response frame per request, until the
-    parent closes the socket (:class:`PeerClosed`)."""
+    parent closes the socket (:class:`PeerClosed`). A frame whose ``diagnose`` names the app's folder
+    asks for the app's traceback of any exception that escapes it (diagnostics, never in grading)."""
     while True:
         message, _ = read_frame_fd(fd)
+        root = message.get("diagnose")
+        on_error = (lambda exc: app_traceback(exc, root)) if isinstance(root, str) else None
         for item in message.get("requests", []):
-            response = loop.run_until_complete(call_asgi(app, request_from_json(item)))
+            response = loop.run_until_complete(call_asgi(app, request_from_json(item), on_error=on_error))
             header = {
                 "type": "response",
                 "status": response.status,
@@ -206,4 +234,6 @@ def serve_requests(fd: int, app: Any, loop: asyncio.AbstractEventLoop) -> None:
                 "error": response.error,
                 "truncated": response.truncated,
             }
+            if response.traceback is not None:
+                header["traceback"] = response.traceback
             write_all_fd(fd, encode(header, response.body))
