@@ -121,3 +121,15 @@ def test_the_style_held_out_split_discriminates_and_is_harder_for_the_heuristic(
     assert full["noop"] == 0.0 and reward["noop"] <= 0 and full["deny_all"] == 0.0 and reward["deny_all"] < 0
     tested_on = {"v3": "v2", "v5": "v5"}[version]  # the test split the held-out one is compared with
     assert 0 < full["heuristic"] < load(f"{tested_on}/heuristic")[0]["overall"]["full_fix"]["mean"]
+
+
+def test_deny_all_broke_all_legitimate_use_wherever_it_played():
+    """Deny-all's patch lands in every app layout: on the newest cache's test split, its held-out
+    styles and the external apps alike it broke (nearly) every legitimate use and earned far below
+    leaving the app alone. (Before it found the app wherever it is made, it changed nothing in the
+    external apps and scored like no-op there.)"""
+    runs = {"test": load(f"{NEWEST}/deny_all")[0]}
+    runs.update({split: load_heldout(NEWEST, split, "deny_all")[0] for split in ("test_styles", "external")})
+    for split, summary in runs.items():
+        overall = summary["overall"]
+        assert overall["regression_pass"]["mean"] < 0.05 and overall["reward"]["mean"] < -0.25, (split, overall)
