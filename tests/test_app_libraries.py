@@ -677,7 +677,6 @@ SHADOWS = _files('''
       "sitecustomize.py": "raise SystemExit('sitecustomize ran')\n"})
 
 
-@pytest.mark.xfail(strict=True, reason="the app loader does not ask app_module_names yet (envcore/runner/loader.py)")
 def test_an_app_file_named_like_the_standard_library_or_a_library_never_replaces_it(runner):
     """A reward hacker's ``json.py``, ``statistics.py`` (not imported by anyone yet), ``sqlite3.py``,
     ``yaml.py`` or ``fastapi/evil.py``: every import is the installed module, in both runners."""
@@ -687,7 +686,6 @@ def test_an_app_file_named_like_the_standard_library_or_a_library_never_replaces
            step("/dump", *ok(text='{"a": 1}', mean=2, sqlite=True)))
 
 
-@pytest.mark.xfail(strict=True, reason="the app loader does not ask app_module_names yet (envcore/runner/loader.py)")
 def test_a_stand_in_wins_even_where_the_process_imported_the_real_library_before(inprocess):
     """``numpy`` is installed (the Space's charts use it) but no app may import it: an app's stand-in
     ``numpy.py`` is what it gets, in a process that imported the real one first as in a fresh worker."""

@@ -23,7 +23,7 @@ from envcore.env.actions import LIMITS, ApplyPatch
 from envcore.env.episode import Episode
 from envcore.env.episode_log import EpisodeLogger, read_episodes
 from envcore.patching import make_diff, parse_patch
-from envcore.runner.inprocess import safe_relpath
+from envcore.runner.loader import safe_relpath
 
 ADDED = "+++ b/"
 

@@ -72,7 +72,7 @@ from envcore.patching import PatchError, apply_patch, changed_lines, clip_diff, 
 from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.http import HttpRequest
-from envcore.runner.inprocess import AppLoadError, safe_relpath
+from envcore.runner.loader import AppLoadError, safe_relpath
 from envcore.sandbox.live import LiveApp
 from envcore.sandbox.pool import Sandbox
 from envcore.sandbox.templates import owned_by

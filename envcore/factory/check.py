@@ -60,7 +60,8 @@ from envcore.patching import PatchError
 from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
 from envcore.runner.diagnostics import AppError, LoadProfile, render_app_errors, render_load_profile
-from envcore.runner.inprocess import InProcessRunner, top_level_names
+from envcore.runner.inprocess import InProcessRunner
+from envcore.runner.loader import top_level_names
 from envcore.scenario.bundle import Bundle, BundleUser
 from envcore.scenario.credentials import Credentials
 from envcore.scenario.patch_scope import apply_in_scope

@@ -53,7 +53,7 @@ import envcore
 from envcore.runner.actors import Actors
 from envcore.runner.base import AppSource, Batch, RunnerInfrastructureError, RunReport
 from envcore.runner.execute import ProbeExchange
-from envcore.runner.inprocess import AppLoadError, materialize
+from envcore.runner.loader import AppLoadError, materialize
 from envcore.scenario.probes import Probe, ProbeOutcome, StepResult
 
 PROJECT_ROOT = Path(envcore.__file__).resolve().parent.parent

@@ -44,7 +44,7 @@ from envcore.filetree import tree_problem
 from envcore.runner.base import AppSource, RunnerInfrastructureError
 from envcore.runner.diagnostics import MAX_TRACEBACK_CHARS, LoadProfile
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
-from envcore.runner.inprocess import AppLoadError, materialize
+from envcore.runner.loader import AppLoadError, materialize
 from envcore.sandbox import posture
 from envcore.sandbox.containment import can_leave_idle_priority
 from envcore.sandbox.limits import SandboxLimits
@@ -683,18 +683,7 @@ class Sandbox:
         with self._spare_lock:
             self._busy += 1
         worker.handed_out = True
-        try:
-            # The parent writes the data files (the worker cannot say "my disk is full" credibly:
-            # once app code has run, anything it says could be the app talking).
-            materialize(source.files, Path(worker.workspace), skip_python=True)
-        except AppLoadError as exc:  # a path that climbs out of the app: the patch's fault
-            worker.close()
-            raise AppLoadFailure(str(exc)) from None
-        except (OSError, UnicodeError) as exc:
-            worker.close()
-            if isinstance(exc, OSError) and exc.errno in OUR_WRITE_ERRORS:  # the disk or the system, not the files
-                raise RunnerInfrastructureError(f"cannot write the app's files: {exc}") from exc
-            raise AppLoadFailure(f"the app's files cannot be written: {exc}") from None
+        self._write_files(worker, source.files)
         message, blob = self.load_message(source)
         worker.diagnose = message["diagnose"] = diagnose  # (the worker profiles its load when asked)
         try:
@@ -703,6 +692,23 @@ class Sandbox:
             worker.close()  # a spare that died while waiting (its zygote was replaced): use a fresh one
             return None
         return worker
+
+    @staticmethod
+    def _write_files(worker: Worker, files: Mapping[str, str]) -> None:
+        """Write ``files`` into ``worker``'s folder before it is given the app, sorting a failure by
+        whose fault it is (the worker is stopped either way). The parent writes them, never the
+        worker: once app code has run, anything a worker says (such as "my disk is full") could be
+        the app talking."""
+        try:
+            materialize(files, Path(worker.workspace))
+        except AppLoadError as exc:  # a path that climbs out of the app: the patch's fault
+            worker.close()
+            raise AppLoadFailure(str(exc)) from None
+        except (OSError, UnicodeError) as exc:
+            worker.close()
+            if isinstance(exc, OSError) and exc.errno in OUR_WRITE_ERRORS:  # the disk or the system, not the files
+                raise RunnerInfrastructureError(f"cannot write the app's files: {exc}") from exc
+            raise AppLoadFailure(f"the app's files cannot be written: {exc}") from None
 
     def _spawn_from_template(self, source: AppSource, template: TemplateLink,
                              plan: tuple[list, bytes] | None = None, diagnose: bool = False) -> Worker | None:
@@ -723,6 +729,9 @@ class Sandbox:
         worker.handed_out = True
         worker.fallback = lambda: self.spawn(source, diagnose=diagnose)
         worker.diagnose = diagnose  # (the app's tracebacks; a template's worker does not profile its swap)
+        # The patch's text on disk in the template's folder (put back as the template had it when
+        # this worker is settled): the app reads its own files as it would after a fresh load.
+        self._write_files(worker, template.changed_files(source.files))
         message = {"type": "load", "files": dict(source.files), "entrypoint": source.entrypoint,
                    "plan": plan[0] if plan else None}
         try:

@@ -51,15 +51,7 @@ from typing import Any
 from envcore.runner import request_warmup
 from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.http import Lifespan
-from envcore.runner.inprocess import (
-    AppLoadError,
-    _AppFinder,
-    _endpoint_context_cache,
-    _endpoints,
-    _seed_endpoint_context,
-    import_app,
-    top_level_names,
-)
+from envcore.runner.loader import AppFinder, AppLoadError, load_app, top_level_names
 from envcore.sandbox import containment, hotswap
 from envcore.sandbox.app_runtime import import_named_modules, importable_modules
 from envcore.sandbox.forker import Forker
@@ -74,7 +66,7 @@ class Template:
 
     app: Any
     loaded: hotswap.LoadedApp
-    finder: _AppFinder | None
+    finder: AppFinder
     entrypoint: str
     started: bool = False
     """Whether the app's startup has run here (its workers then go straight to their requests)."""
@@ -106,10 +98,10 @@ def load_template(root: str, files: dict[str, str], entrypoint: str, cache) -> T
     called: set[tuple[str, str]] = set()
     stop = hotswap.record_import_calls(root, called)
     try:
-        app = import_app(Path(root), files, entrypoint, cache, keep_modules=True)
+        imported = load_app(Path(root), files, entrypoint, cache)  # kept: every worker serves this app
     finally:
         stop()
-    _seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
+    app = imported.app
     build_routes(app)
     prefix = root.rstrip("/") + "/"
     modules: dict[str, hotswap.AppModule] = {}
@@ -133,8 +125,7 @@ def load_template(root: str, files: dict[str, str], entrypoint: str, cache) -> T
         py_files={p: t for p, t in files.items() if p.endswith(".py")},
         unswappable=unswappable,
     )
-    finder = next((f for f in sys.meta_path if isinstance(f, _AppFinder)), None)
-    return Template(app, loaded, finder, entrypoint)
+    return Template(app, loaded, imported.finder, entrypoint)
 
 
 class StartedUnlikeAWorker(Exception):
@@ -370,8 +361,7 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
         where = f" at {os.path.relpath(frames[-1].filename, root)}:{frames[-1].lineno}" if frames else ""
         write_all_fd(fd, encode({"type": "load_error", "error": f"{type(exc).__name__}{where}: {exc}", "containment": layers}))
         return
-    if template.finder is not None:
-        template.finder.files = files  # imports made later and tracebacks see the patched sources
+    template.finder.files = files  # imports made later and tracebacks see the patched sources (as the disk does)
     clock.append(time.perf_counter())
     importable = importable_modules()
     start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(plans)},

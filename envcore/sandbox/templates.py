@@ -42,14 +42,14 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
 from envcore.runner.base import AppSource, RunnerInfrastructureError
-from envcore.runner.inprocess import AppLoadError, materialize
+from envcore.runner.loader import AppLoadError, materialize, safe_relpath
 from envcore.runner.snapshot import FolderSnapshot
 from envcore.sandbox.limits import SandboxLimits
 from envcore.sandbox.wire import FrameReader, WireError, exchange, send_frame
@@ -189,6 +189,21 @@ class TemplateLink:
                 self.close()  # a folder the parent cannot put back is never used again
                 raise TemplateLost(f"the template's folder could not be restored: {exc}") from None
         return ended
+
+    def changed_files(self, files: Mapping[str, str]) -> dict[str, str]:
+        """The files of a patch that fits this template's base (:func:`fits`) whose text differs from
+        what the template's folder holds once put back: what the parent writes there before a worker
+        is given the patch, so the worker reads its patch's text on disk, not the template's."""
+        held = self.snapshot.files if self.snapshot is not None else {}
+        changed = {}
+        for path, text in files.items():
+            try:
+                same = held.get(safe_relpath(path)) == text.encode("utf-8")
+            except (AppLoadError, UnicodeError):
+                same = False  # writing it says what is wrong with it
+            if not same:
+                changed[path] = text
+        return changed
 
     def _lost(self) -> None:
         self.alive = False
@@ -406,7 +421,7 @@ class Templates:
         started = time.perf_counter()
         try:
             workspace = tempfile.mkdtemp(prefix="t-", dir=sandbox.root)
-            materialize(base.files, Path(workspace), skip_python=True)
+            materialize(base.files, Path(workspace))
             parent, child = socket.socketpair()
         except OSError as exc:
             raise RunnerInfrastructureError(f"cannot prepare a template: {exc}") from exc

@@ -3,7 +3,7 @@
 The zygote forks and calls :func:`worker_main` in the child, which never returns. The worker first
 contains itself (:mod:`envcore.sandbox.containment`) and then waits, as a *spare*, for the parent to
 send an app; the parent keeps a few spares ready so that forking and containment are off the path
-of a verification. Given an app (whose data files the parent has already written into the workspace), the
+of a verification. Given an app (whose files the parent has already written into the workspace), the
 worker installs the audit hook, imports the app and runs its start-up (both may create files, up to
 the hook's quota: a SQLite database, say), takes away its own right to create any more (a Landlock
 layer prepared before the hook), and reports ``ready`` (with the containment layers) or
@@ -30,16 +30,7 @@ from typing import Any, Callable
 from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.diagnostics import LoadSampler, app_traceback, worth_showing
 from envcore.runner.http import HttpRequest, Lifespan, call_asgi
-from envcore.runner.inprocess import (
-    AppLoadError,
-    _CodeCache,
-    _endpoint_context_cache,
-    _endpoints,
-    _seed_endpoint_context,
-    import_app,
-    materialize,
-    top_level_names,
-)
+from envcore.runner.loader import AppLoadError, CodeCache, load_app, materialize, top_level_names
 from envcore.sandbox import containment
 from envcore.sandbox.app_runtime import import_named_modules, importable_modules
 from envcore.sandbox.limits import SandboxLimits
@@ -83,10 +74,10 @@ def _relocate(code: CodeType, filename: str) -> CodeType:
     return code.replace(co_filename=filename, co_consts=consts)
 
 
-def precompiled(root: Path, files: dict[str, str], index: list, blob: bytes) -> _CodeCache:
+def precompiled(root: Path, files: dict[str, str], index: list, blob: bytes) -> CodeCache:
     """A code cache holding the modules the parent compiled (trusted files only, see
     :meth:`~envcore.sandbox.pool.Sandbox.trust`), each given its real file name."""
-    cache = _CodeCache()
+    cache = CodeCache()
     for path, offset, length in index:
         filename = str(root / path)
         cache.put(filename, files[path], _relocate(marshal.loads(blob[offset:offset + length]), filename))
@@ -101,17 +92,20 @@ def rehearse(sample: dict[str, Any], root: Path, loop: asyncio.AbstractEventLoop
     rehearsal while it waits, so the pages an app load touches are already its own when the real app
     arrives. The sample is trusted (a generated app, see :mod:`envcore.sandbox.warmup`), exactly
     what the zygote warmed up on, and leaves nothing behind that the real app could see."""
+    imported = None
     try:
-        materialize(sample["files"], root, skip_python=True)
-        app = import_app(root, sample["files"], sample["entrypoint"])
-        lifespan = Lifespan(app)
+        materialize(sample["files"], root)
+        imported = load_app(root, sample["files"], sample["entrypoint"])
+        lifespan = Lifespan(imported.app)
         loop.run_until_complete(lifespan.startup())
         for item in sample["requests"]:
-            loop.run_until_complete(call_asgi(app, request_from_json(item)))
+            loop.run_until_complete(call_asgi(imported.app, request_from_json(item)))
         loop.run_until_complete(lifespan.shutdown())
     except Exception:  # noqa: BLE001 - a failed rehearsal only costs speed
         pass
     finally:
+        if imported is not None:
+            imported.forget()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -145,7 +139,7 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     clock = [time.perf_counter()]
     sampler = _load_sampler(fd, message, workspace)
     files: dict[str, str] = message["files"]
-    root = Path(workspace)  # the parent has written the data files here; the .py files load from memory
+    root = Path(workspace)  # the parent has written every file of the app here
     code_cache = precompiled(root, files, message.get("compiled", []), blob)
     try:  # the app's databases kept as SQL text, built here, contained, before any hook or app code
         build_databases(root, files)
@@ -159,8 +153,7 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
 
     # From here on, app code runs.
     try:
-        app = import_app(root, files, message["entrypoint"], code_cache, keep_modules=True)
-        _seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
+        app = load_app(root, files, message["entrypoint"], code_cache).app  # kept: this process serves only it
     except AppLoadError as exc:
         write_all_fd(fd, encode(_with_profile({"type": "load_error", "error": str(exc), "containment": layers}, sampler)))
         return

@@ -150,7 +150,7 @@ from pathlib import Path
 from envcore.runner.actors import actors_of
 from envcore.runner.execute import ProbeExchange
 from envcore.runner.http import Lifespan, call_asgi
-from envcore.runner.inprocess import _endpoint_context_cache, _endpoints, _seed_endpoint_context, import_app, materialize
+from envcore.runner.loader import load_app, materialize
 from envcore.sandbox.warmup import warmup_apps
 from envcore.sandbox.worker import rehearse_all
 from envcore.scenario.bundle import Bundle
@@ -160,9 +160,7 @@ rehearse_all(warmup_apps())  # the zygote's warm-up
 root = Path(tempfile.mkdtemp(prefix="a01-fork-bound-"))
 atexit.register(shutil.rmtree, root, True)  # runs in this process only: the forks leave by os._exit
 materialize(bundle.files, root)
-os.chdir(root)
-app = import_app(root, bundle.files, bundle.entrypoint, keep_modules=True)
-_seed_endpoint_context(_endpoint_context_cache(), _endpoints(app))
+app = load_app(root, bundle.files, bundle.entrypoint).app  # the working directory is now root
 asyncio.new_event_loop().run_until_complete(Lifespan(app).startup())
 actors = actors_of(bundle.users)
 probes = bundle.probes
