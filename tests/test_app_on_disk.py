@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import textwrap
+import time
 
 import pytest
 
 from envcore.runner.base import AppSource
 from envcore.runner.execute import judge, step_request
 from envcore.runner.inprocess import InProcessRunner
+from envcore.runner.snapshot import FolderSnapshot
 from envcore.sandbox import LiveApp, Sandbox, SandboxLimits
 from envcore.sandbox.runner import run_sandboxed
 from envcore.scenario.probes import BodyIncludes, JsonEquals, Probe, ProbeKind, ProbeStep, StatusIn
@@ -346,3 +349,49 @@ def test_attack_a_patch_swapped_into_a_template_sees_its_own_text_and_leaves_non
         answer(ORIGINAL, INTACT[0])
     finally:
         box.templates.release(link)
+
+
+# -- putting a folder back: every worker after the first finds the app's files as shipped --------
+
+BLOB = b"\0" * 16384 + b"tail"
+
+
+def _app_folder(tmp_path):
+    root = tmp_path / "app"
+    (root / "data").mkdir(parents=True)
+    (root / "main.py").write_text("x = 1\n")
+    (root / "data" / "blob.db").write_bytes(BLOB)
+    return root
+
+
+def test_attack_a_file_written_back_sparse_with_the_same_bytes_is_rewritten_when_the_folder_is_put_back(tmp_path):
+    """Unchanged files are not rewritten (the app's code is in the folder too, and rewriting it after
+    every worker cost more than the rest of putting the folder back); a probe that writes the same
+    bytes back with a hole where the zeros were changes only the blocks the file holds, which the
+    next probe could read, so a file counts as unchanged only with the same bytes in as many blocks."""
+    root = _app_folder(tmp_path)
+    snapshot = FolderSnapshot(str(root))
+    blob = root / "data" / "blob.db"
+    blocks = os.stat(blob).st_blocks
+    with open(blob, "r+b") as handle:  # the same bytes, the zeros now a hole
+        handle.truncate(0)
+        handle.seek(len(BLOB) - 4)
+        handle.write(b"tail")
+    if os.stat(blob).st_blocks == blocks:
+        pytest.skip("this filesystem keeps no holes")
+    snapshot.restore()
+    assert blob.read_bytes() == BLOB and os.stat(blob).st_blocks == blocks
+
+
+def test_putting_a_folder_back_moves_every_change_time_alike(tmp_path):
+    """The file a probe wrote and the files it did not all get a new change time (setting their times
+    is a change), so the next probe cannot tell which ones the last one wrote."""
+    root = _app_folder(tmp_path)
+    snapshot = FolderSnapshot(str(root))
+    (root / "main.py").write_text("x = 2\n")
+    paths = [root, root / "data", root / "main.py", root / "data" / "blob.db"]
+    before = {path: os.stat(path).st_ctime_ns for path in paths}
+    time.sleep(0.05)  # past the coarse clock file times are taken from
+    snapshot.restore()
+    assert (root / "main.py").read_text() == "x = 1\n"
+    assert all(os.stat(path).st_ctime_ns > before[path] for path in paths), paths
