@@ -140,10 +140,16 @@ async def call_asgi(app: Any, request: HttpRequest, *,
 
 
 class Lifespan:
-    """Runs an app's ASGI lifespan protocol around a batch of requests."""
+    """Runs an app's ASGI lifespan protocol around a batch of requests.
 
-    def __init__(self, app: Any) -> None:
+    ``describe`` turns the exception a failing startup raised into the one line a load error is
+    (the runners pass the loader's ``short_traceback``, relative to the app's folder). Without it the
+    failure is the server's own message, which Starlette fills with the whole interpreter traceback:
+    every frame's absolute path, the sandbox's folders and the installation's files included."""
+
+    def __init__(self, app: Any, describe: Callable[[BaseException], str] | None = None) -> None:
         self.app = app
+        self.describe = describe
         self.inbox: asyncio.Queue = asyncio.Queue()
         self.outbox: asyncio.Queue = asyncio.Queue()
         self.task: asyncio.Task | None = None
@@ -175,8 +181,20 @@ class Lifespan:
                 self.task.exception()  # retrieved so asyncio does not log it; not a startup failure
             return None
         if message["type"] == "lifespan.startup.failed":
+            raised = await self._raised() if self.describe is not None else None
+            if raised is not None:
+                return self.describe(raised)
             return message.get("message") or "startup failed"
         return None
+
+    async def _raised(self) -> BaseException | None:
+        """The exception the lifespan task ended with: Starlette re-raises the startup's own right
+        after reporting the failure, so the task is done or about to be."""
+        assert self.task is not None
+        await asyncio.wait({self.task}, timeout=1.0)
+        if not self.task.done() or self.task.cancelled():
+            return None
+        return self.task.exception()
 
     async def shutdown(self) -> None:
         if not self.supported or self.task is None or self.task.done():

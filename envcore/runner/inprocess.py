@@ -45,7 +45,15 @@ from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.diagnostics import AppError, LoadSampler, app_traceback, worth_showing
 from envcore.runner.execute import run_probes
 from envcore.runner.http import HttpRequest, HttpResponse, Lifespan, WouldReachApp, call_asgi, gate_app
-from envcore.runner.loader import AppLoadError, CodeCache, ImportedApp, load_app, materialize, safe_relpath
+from envcore.runner.loader import (
+    AppLoadError,
+    CodeCache,
+    ImportedApp,
+    load_app,
+    materialize,
+    safe_relpath,
+    short_traceback,
+)
 from envcore.runner.snapshot import FolderSnapshot
 from envcore.scenario.probes import Probe
 
@@ -162,7 +170,7 @@ class InProcessRunner:
                 raise AppLoadError(str(exc)) from None
             imported = load_app(root, source.files, source.entrypoint, self._cache)  # kept until the run ends
             app = imported.app
-            lifespan = Lifespan(app)
+            lifespan = Lifespan(app, lambda exc: short_traceback(exc, root))
             failure = self._loop.run_until_complete(lifespan.startup())
             if failure is not None:
                 raise AppLoadError(f"startup failed: {failure}")

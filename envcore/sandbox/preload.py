@@ -51,7 +51,7 @@ from typing import Any
 from envcore.runner import request_warmup
 from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.http import Lifespan
-from envcore.runner.loader import AppFinder, AppLoadError, load_app, top_level_names
+from envcore.runner.loader import AppFinder, AppLoadError, load_app, short_traceback, top_level_names
 from envcore.sandbox import containment, hotswap
 from envcore.sandbox.app_runtime import import_named_modules, importable_modules
 from envcore.sandbox.forker import Forker
@@ -139,7 +139,7 @@ def start_template(template: Template, root: str) -> str | None:
     pending task, timer or callback, or an asyncio object bound to its event loop: state a worker
     starting the app on its own loop would have and a fork of this process would not."""
     loop = asyncio.new_event_loop()
-    lifespan = Lifespan(template.app)
+    lifespan = Lifespan(template.app, lambda exc: short_traceback(exc, Path(root)))
     stop = hotswap.record_import_calls(root, template.loaded.called_at_import)
     try:
         failure = loop.run_until_complete(lifespan.startup())
@@ -365,6 +365,6 @@ def _serve_swapped(fd: int, template_pid: int, spawn: dict[str, Any], template: 
     clock.append(time.perf_counter())
     importable = importable_modules()
     start_and_serve(fd, template.app, loop, layers, clock, ("swap",), {"swapped_files": len(plans)},
-                    started=template.started,
+                    started=template.started, root=root,
                     loaded=lambda: containment.freeze(freezer, policy,
                                                       before=lambda: import_named_modules(files, importable)))

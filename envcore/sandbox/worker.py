@@ -30,7 +30,7 @@ from typing import Any, Callable
 from envcore.runner.databases import DatabaseBuildError, build_databases
 from envcore.runner.diagnostics import LoadSampler, app_traceback, worth_showing
 from envcore.runner.http import HttpRequest, Lifespan, call_asgi
-from envcore.runner.loader import AppLoadError, CodeCache, load_app, materialize, top_level_names
+from envcore.runner.loader import AppLoadError, CodeCache, load_app, materialize, short_traceback, top_level_names
 from envcore.sandbox import containment
 from envcore.sandbox.app_runtime import import_named_modules, importable_modules
 from envcore.sandbox.limits import SandboxLimits
@@ -162,7 +162,7 @@ def _serve(fd: int, zygote_pid: int, spawn: dict[str, Any]) -> None:
     start_and_serve(fd, app, loop, layers, clock, ("files", "import"),
                     loaded=lambda: containment.freeze(freezer, policy,
                                                       before=lambda: import_named_modules(files, importable)),
-                    sampler=sampler)
+                    sampler=sampler, root=root)
 
 
 def _load_sampler(fd: int, message: dict[str, Any], workspace: str) -> LoadSampler | None:
@@ -188,12 +188,14 @@ def _with_profile(report: dict[str, Any], sampler: LoadSampler | None) -> dict[s
 def start_and_serve(fd: int, app: Any, loop: asyncio.AbstractEventLoop, layers: dict[str, Any], clock: list[float],
                     phases: tuple[str, ...], extra: dict[str, Any] | None = None, *,
                     loaded: Callable[[], str | None] | None = None, started: bool = False,
-                    sampler: LoadSampler | None = None) -> None:
+                    sampler: LoadSampler | None = None, root: Path | str | None = None) -> None:
     """Run the app's startup (unless it ``started`` in the template this worker was forked from), then
     ``loaded`` (which closes the folder to new files: ``None``, or why it failed), report ``ready`` (with how long each phase in ``clock`` took) or ``load_error``,
-    and serve requests. ``sampler``: the load's profile, stopped before either report."""
+    and serve requests. ``sampler``: the load's profile, stopped before either report; ``root``: the
+    app's folder, which a startup failure's one line names its files relative to."""
     try:
-        failure = None if started else loop.run_until_complete(Lifespan(app).startup())
+        describe = (lambda exc: short_traceback(exc, Path(root))) if root is not None else None
+        failure = None if started else loop.run_until_complete(Lifespan(app, describe).startup())
         if failure is not None:
             raise AppLoadError(f"startup failed: {failure}")
         problem = loaded() if loaded is not None else None
