@@ -108,14 +108,16 @@ def test_startup_failure_is_a_load_error(sandbox, shipped):
     assert report.outcome == "load_error" and "database down" in report.load_error
 
 
-def test_data_file_edits_never_count(sandbox, shipped):
-    """Deleting every user but the victim from seed.json would refuse the exploits in the shipped
-    data; the grader replaces data files, so the vulnerable code is still graded NO."""
+def test_emptying_the_seed_data_refuses_every_exploit_and_earns_nothing(sandbox, shipped):
+    """A patch may change data files (envcore/scenario/patch_scope.py), and an emptied seed.json
+    leaves no user for an exploit to act as: every exploit is refused, and so is every legitimate
+    use. The app no longer starts, which is the patch's fault: graded NO, never a fix."""
     bundle = shipped.load(shipped.ids()[4])
     files = dict(bundle.files)
     files["data/seed.json"] = "{}"
     report = verify(bundle, files, sandbox=sandbox)
-    assert report.outcome == "graded" and report.resolution is Resolution.NO
+    assert report.outcome == "load_error" and report.resolution is Resolution.NO and report.reward <= 0
+    assert report.load_error.startswith("KeyError at ") and "/dev/shm" not in report.load_error
 
 
 def test_visible_probe_set_has_no_resolution(sandbox, shipped):
