@@ -398,7 +398,9 @@ def test_the_libraries_real_apps_use_load_in_the_sandbox(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("module", ["sqlalchemy", "sqlmodel", "jwt", "jose", "passlib", "bcrypt", "pwdlib",
-                                    "argon2", "pydantic_settings", "multipart", "uvicorn"])
+                                    "argon2", "pydantic_settings", "multipart", "uvicorn", "aiosqlite",
+                                    "itsdangerous", "dotenv", "jinja2", "yaml", "requests", "httpx", "slowapi",
+                                    "limits", "faker", "email_validator"])
 def test_bundle_format_lists_every_library_an_app_may_import(module):
     docs = (Path(__file__).resolve().parent.parent / "docs" / "bundle-format.md").read_text()
     assert f"`{module}`" in docs
