@@ -44,7 +44,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any, Mapping
 
-from envcore.sandbox.app_runtime import app_module_names
+from envcore.sandbox.app_runtime import app_module_names, top_level_names
 
 CODE_CACHE_SIZE = 1024
 
@@ -217,18 +217,6 @@ class AppFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         rel, package = found
         folder = fullname.replace(".", "/") if package else posixpath.dirname(rel or "")
         return _FolderResources(str(self.root / folder))
-
-
-def top_level_names(files: Mapping[str, str]) -> frozenset[str]:
-    """The top-level module and package names the app's ``.py`` files define (``main.py`` ->
-    ``main``, ``api/notes.py`` -> ``api``); names that are not identifiers cannot be imported."""
-    names = set()
-    for path in files:
-        if path.endswith(".py"):
-            first = path.split("/", 1)[0].removesuffix(".py")
-            if first.isidentifier():
-                names.add(first)
-    return frozenset(names)
 
 
 def short_traceback(exc: BaseException, root: Path) -> str:

@@ -138,7 +138,7 @@ RUNTIME_PACKAGE = __name__.partition(".")[0]
 """The package of the runtime that loads apps (``envcore``): in memory in every worker."""
 
 
-def _top_level_names(files: Iterable[str]) -> set[str]:
+def top_level_names(files: Iterable[str]) -> frozenset[str]:
     """The top-level module and package names the ``.py`` paths among ``files`` define (``main.py`` ->
     ``main``, ``api/notes.py`` -> ``api``); a name that is not an identifier cannot be imported."""
     names = set()
@@ -147,7 +147,7 @@ def _top_level_names(files: Iterable[str]) -> set[str]:
             first = path.split("/", 1)[0].removesuffix(".py")
             if first.isidentifier():
                 names.add(first)
-    return names
+    return frozenset(names)
 
 
 def reserved_module_reason(name: str) -> str | None:
@@ -168,13 +168,13 @@ def app_module_names(files: Iterable[str]) -> frozenset[str]:
     files define (``main.py``, ``api/``, a stand-in ``stripe.py``) but those
     :func:`reserved_module_reason` keeps for the installation. The loader serves these names, and only
     these, from the app's files; the rest resolve to the installation as in any process."""
-    return frozenset(name for name in _top_level_names(files) if reserved_module_reason(name) is None)
+    return frozenset(name for name in top_level_names(files) if reserved_module_reason(name) is None)
 
 
 def reserved_app_modules(files: Iterable[str]) -> dict[str, str]:
     """The top-level names the app's ``.py`` files define that it may not own, each with why (for a
     porter: such a file is never what its import loads, so it must be renamed)."""
-    return {name: reason for name in sorted(_top_level_names(files))
+    return {name: reason for name in sorted(top_level_names(files))
             if (reason := reserved_module_reason(name)) is not None}
 
 
