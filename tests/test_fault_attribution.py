@@ -91,7 +91,7 @@ def test_spawning_gives_up_after_a_bounded_number_of_attempts(target, monkeypatc
     try:
         attempts = []
 
-        def dies(source):
+        def dies(source, diagnose=False):
             attempts.append(source)
             return None
 
