@@ -90,7 +90,7 @@ def _run_unprivileged(home: Path, modules: tuple[str, ...], *select: str) -> str
     env.update({"HOME": str(home), "TMPDIR": str(home), "GRADIO_ANALYTICS_ENABLED": "False",
                 "HYPOTHESIS_STORAGE_DIRECTORY": str(home / ".hypothesis")})
     command = [*prefix, sys.executable, "-m", "pytest", *modules, *select, "-q", "-p", "no:cacheprovider",
-               "-p", "no:randomly", "--no-header", "-x", "-m", "not slow"]
+               "-p", "no:randomly", "--no-header", "-x", "-m", "not slow", "-n", "0"]  # one process: its own summary
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     status = subprocess.run([*prefix, sys.executable, "-c",
                              "from envcore.sandbox.containment import has_capability; import os; "
