@@ -1,7 +1,11 @@
 """Attacks on the server's CPU: one action must never cost seconds of work.
 
 Each test sends the worst input of one shape, at the largest size an action may carry, and measures
-the CPU time of this process (``time.process_time``: other load on the machine does not count). The
+the CPU time of this process (``time.process_time``: other processes' CPU does not count). A busy or
+slower machine still makes each CPU second longer (shared caches, a lower clock, a sibling
+hyperthread), so every measurement is scaled by a fixed yardstick timed beside it: a budget is in
+seconds of this project's reference machine, and a slower machine gets proportionally more, never
+less. The unbounded versions took seconds to minutes (or crashed), far beyond any such scaling. The
 work is bounded by counting, never by a clock, so the same input always gets the same answer.
 """
 
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 import pytest
 
@@ -21,10 +26,32 @@ CPU_S = 0.6
 """More than any of these inputs needs once bounded; each took seconds (or crashed) before."""
 
 
+YARDSTICK_S = 0.09
+"""CPU seconds :func:`_yardstick` takes on the reference machine (2 cores, idle)."""
+
+
+def _yardstick() -> float:
+    """CPU seconds of a fixed workload like the ones measured here: strings built, joined, split, counted."""
+    started = time.process_time()
+    lines = [f"y{i}\n" for i in range(60_000)]
+    counts = Counter("".join(lines).splitlines())
+    sorted(counts, key=lambda line: line[::-1])
+    return time.process_time() - started
+
+
+def slowdown() -> float:
+    """How much slower than the reference machine this one runs right now (at least 1)."""
+    return max(1.0, _yardstick() / YARDSTICK_S)
+
+
 def cpu(call, *args):
+    """``call(*args)`` and its CPU seconds, in reference-machine seconds (see the module docstring):
+    the yardstick is timed just before and just after, and the slower of the two scales the result."""
+    before = slowdown()
     started = time.process_time()
     result = call(*args)
-    return result, time.process_time() - started
+    seconds = time.process_time() - started
+    return result, seconds / max(before, slowdown())
 
 
 ADVERSARIAL_REPLIES = {
@@ -40,6 +67,8 @@ ADVERSARIAL_REPLIES = {
     "python_literal_of_commas": ("{" + "1," * REPLY)[:REPLY],
     "deep_lists_in_an_object": ('{"tool": ' + "[" * REPLY)[:REPLY],
     "whitespace_in_tool_call": "<tool_call>" + " " * (REPLY - 30) + "{",
+    "quoted_brace_pairs": ('{"{' * REPLY)[:REPLY],
+    "quoted_keys_broken_early": ('{"a"{' * REPLY)[:REPLY],
 }
 
 
@@ -66,8 +95,18 @@ def test_a_real_action_after_a_slow_prefix_is_still_found_or_refused_clearly():
 
 def test_the_same_slow_reply_always_gets_the_same_answer():
     text = ADVERSARIAL_REPLIES["balanced_nesting"][:150_000] + '{"tool": "view_diff"}'
-    answers = {parse_action_text(text) for _ in range(3)}
+    answers = {repr(parse_action_text(text)) for _ in range(3)}
     assert len(answers) == 1
+
+
+@pytest.mark.parametrize("noise", ["balanced_nesting", "open_braces", "many_fences_of_braces"])
+def test_an_action_after_braces_that_cannot_begin_an_object_is_found_quickly(noise):
+    """Braces no action can begin at (``{{``, ``{}``) are not tried at all, so they never use up the
+    budget that a real action after them needs."""
+    text = ADVERSARIAL_REPLIES[noise][:150_000] + '\n{"tool": "view_diff"}'
+    parsed, seconds = cpu(parse_action_text, text)
+    assert parsed.ok and parsed.action == {"tool": "view_diff"}
+    assert seconds < CPU_S
 
 
 def _misnumbered_hunk(context: list[str], changed: str) -> str:
@@ -101,12 +140,14 @@ def test_thousands_of_misnumbered_small_hunks_are_refused_quickly():
                      f" {lines[target + 1]}\n")
     diff = "--- a/a.py\n+++ b/a.py\n" + "".join(hunks)
     assert len(diff.encode()) <= LIMITS["diff_bytes"]
-    started = time.process_time()
-    try:
-        apply_patch(files, diff)
-    except PatchError as exc:
-        assert "line numbers" in str(exc)
-    assert time.process_time() - started < CPU_S
+    def apply() -> None:
+        try:
+            apply_patch(files, diff)
+        except PatchError as exc:
+            assert "line numbers" in str(exc)
+
+    _, seconds = cpu(apply)
+    assert seconds < CPU_S
 
 
 def test_a_misnumbered_hunk_in_a_large_file_still_applies_where_it_matches_once():
@@ -125,7 +166,7 @@ def test_a_file_rewritten_in_shuffled_order_diffs_quickly_and_the_diff_applies()
     rng.shuffle(lines)
     new = "".join(lines)
     diff, seconds = cpu(make_diff, {"a.py": old}, {"a.py": new})
-    assert seconds < 2 * CPU_S
+    assert seconds < 2 * CPU_S, f"{seconds:.2f} s"
     assert apply_patch({"a.py": old}, diff) == {"a.py": new}
     assert parse_patch(diff)
 

@@ -42,6 +42,13 @@ unclosed fences and tags) to a few milliseconds. Past it the reply is a format e
 work is counted, not timed, so the same reply always gets the same answer."""
 _DEEP_NESTING_COST = 10_000
 """What a decode that gave up on nesting deeper than Python's recursion limit is charged."""
+_ATTEMPT_COST = 32
+"""What each decode is charged at least, however early it fails: a failed decode costs a few
+microseconds whatever its length (the decoder builds an error), so a reply of short failures
+(``{"{"{"...``) is bounded by the count of attempts, not only by the characters they read."""
+_OBJECT_START = re.compile(r"""\{(?=\s*["'])""")
+"""A brace an action can begin at: an object whose first key is a quoted string. Others (``{{``,
+``{}``, ``{1: ...``, code) are never tried, at the regular expression engine's speed."""
 _LENIENT_WINDOW = 2_000
 """How far past a brace an action key is looked for before reading the object leniently."""
 
@@ -111,7 +118,7 @@ class _Budget:
         self.left, self.lenient_left = chars, MAX_LENIENT
 
     def spend(self, chars: int) -> None:
-        self.left -= max(chars, 1)
+        self.left -= max(chars, _ATTEMPT_COST)
 
 
 def _candidates(text: str):
@@ -126,7 +133,7 @@ def _candidates(text: str):
 def _object_in(text: str, problems: list[str], budget: _Budget) -> tuple[Any, bool] | None:
     """The first JSON object in ``text`` that looks like an action: (value, found leniently)."""
     keys: list[int] | None = None  # where an action key is written, found once per text when needed
-    for tried, match in enumerate(re.finditer(r"\{", text), 1):
+    for tried, match in enumerate(_OBJECT_START.finditer(text), 1):
         if tried > MAX_CANDIDATES:
             problems.append("too many braces to search")
             break
