@@ -4,7 +4,9 @@ Files are ``{relative path: text}`` mappings. :func:`make_diff` writes git-style
 ``b/`` prefixes, ``/dev/null`` for added and removed files). :func:`apply_patch` applies a diff and
 raises :class:`PatchError` saying which file and hunk failed; it never half-applies. A hunk whose
 line numbers are off is still placed if its context and removed lines match exactly one place in the
-file (agents often miscount lines); fuzzy matching of context is never attempted.
+file (agents often miscount lines), and a hunk that reaches the end of a file with no final newline
+applies without the ``\ No newline at end of file`` marker; fuzzy matching of context is never
+attempted.
 
 **One rule for lines**, wherever a diff is made, parsed, applied or counted: a line ends at ``"\n"``
 and nowhere else (:func:`split_lines`), as in every unified diff. ``str.splitlines()`` also breaks
@@ -267,6 +269,35 @@ def _find(haystack: list[str], needle: list[str], hint: int, budget: _SearchBudg
     return spots[0] if len(spots) == 1 else None
 
 
+def _ends_without_newline_marker(source: list[str], hunk: Hunk) -> bool:
+    """Whether ``hunk`` matches the end of a file that has no final newline, written as if it had one:
+    the ``\\ No newline at end of file`` marker left out, as people and models usually do. Such a
+    hunk applies there (and only there), and the file keeps having no final newline."""
+    old = hunk.old_lines
+    if not old or not source or source[-1].endswith("\n") or len(old) > len(source):
+        return False
+    return old[-1] == source[-1] + "\n" and source[len(source) - len(old):-1] == old[:-1]
+
+
+def _place(source: list[str], hunk: Hunk, hint: int, budget: _SearchBudget, path: str) -> int | None:
+    """Where ``hunk`` applies in ``source`` (see :func:`_find`), counting the end of a file with no final
+    newline as a place where a hunk written without the marker matches. Exact line numbers win; any
+    other place must be the only one. A hunk placed at such an end is rewritten to keep the file without
+    a final newline."""
+    if not _ends_without_newline_marker(source, hunk):
+        return _find(source, hunk.old_lines, hint, budget, path, hunk.header)
+    at_end = len(source) - len(hunk.old_lines)
+    if hint != at_end:
+        if source[hint : hint + len(hunk.old_lines)] == hunk.old_lines:
+            return hint
+        if _find(source, hunk.old_lines, hint, budget, path, hunk.header) is not None:
+            return None  # it matches there and at the end: two places
+    hunk.old_lines[-1] = source[-1]
+    if hunk.new_lines:
+        hunk.new_lines[-1] = hunk.new_lines[-1].removesuffix("\n")
+    return at_end
+
+
 def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
     """Return a new file mapping with ``diff`` applied, or raise :class:`PatchError`."""
     result = dict(files)
@@ -288,7 +319,7 @@ def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
         offset = 0
         for hunk in patch.hunks:
             hint = max(hunk.old_start - 1, 0) + offset
-            at = _find(source, hunk.old_lines, hint, budget, patch.path, hunk.header)
+            at = _place(source, hunk, hint, budget, patch.path)
             if at is None:
                 raise PatchError(
                     f"{patch.path}: hunk {hunk.header} does not apply (its context and removed lines are not "

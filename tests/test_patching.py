@@ -217,3 +217,37 @@ def test_a_diff_cut_inside_its_first_header_is_only_the_note():
     diff = make_diff({}, {"x" * 300 + ".py": "x = 1\n"})
     cut = clip_diff(diff, 150)
     assert cut.startswith("[the diff is") and len(cut) <= 150
+
+
+def test_a_hunk_at_the_end_of_a_file_without_final_newline_applies_without_the_marker():
+    """People and models leave out ``\\ No newline at end of file``; such a hunk still applies at the end
+    of the file, and the file keeps having no final newline."""
+    files = {"a.py": "x = 1\ny = 2"}
+    change = "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,3 @@\n x = 1\n-y = 2\n+y = 3\n+z = 4\n"
+    assert apply_patch(files, change) == {"a.py": "x = 1\ny = 3\nz = 4"}
+    append = "--- a/a.py\n+++ b/a.py\n@@ -2 +2,2 @@\n y = 2\n+z = 3\n"
+    assert apply_patch(files, append) == {"a.py": "x = 1\ny = 2\nz = 3"}
+    remove_last = "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1 @@\n x = 1\n-y = 2\n"
+    assert apply_patch(files, remove_last) == {"a.py": "x = 1"}
+
+
+def test_a_hunk_without_the_marker_applies_only_at_the_end_of_the_file():
+    files = {"a.py": "y = 2\nx = 1\ny = 2"}
+    elsewhere = "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-y = 2\n+y = 3\n"  # line 1 is "y = 2\n": exact
+    assert apply_patch(files, elsewhere) == {"a.py": "y = 3\nx = 1\ny = 2"}
+    wrong_context = "--- a/a.py\n+++ b/a.py\n@@ -2,2 +2,2 @@\n x = 9\n-y = 2\n+y = 3\n"
+    with pytest.raises(PatchError, match="does not apply"):
+        apply_patch(files, wrong_context)
+    with_newline = {"a.py": "x = 1\ny = 2\n"}
+    marked = "--- a/a.py\n+++ b/a.py\n@@ -2 +2 @@\n-y = 2\n\\ No newline at end of file\n+y = 3\n"
+    with pytest.raises(PatchError, match="does not apply"):
+        apply_patch(with_newline, marked)
+
+
+def test_a_hunk_without_the_marker_that_also_matches_elsewhere_follows_its_line_numbers_or_is_refused():
+    files = {"a.py": "y = 2\nx = 1\ny = 2"}
+    at_the_end = "--- a/a.py\n+++ b/a.py\n@@ -3 +3 @@\n-y = 2\n+y = 3\n"
+    assert apply_patch(files, at_the_end) == {"a.py": "y = 2\nx = 1\ny = 3"}
+    misnumbered = "--- a/a.py\n+++ b/a.py\n@@ -9 +9 @@\n-y = 2\n+y = 3\n"
+    with pytest.raises(PatchError, match="does not apply"):
+        apply_patch(files, misnumbered)
