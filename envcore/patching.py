@@ -5,7 +5,7 @@ Files are ``{relative path: text}`` mappings. :func:`make_diff` writes git-style
 raises :class:`PatchError` saying which file and hunk failed; it never half-applies. A hunk whose
 line numbers are off is still placed if its context and removed lines match exactly one place in the
 file (agents often miscount lines), and a hunk that reaches the end of a file with no final newline
-applies without the ``\ No newline at end of file`` marker; fuzzy matching of context is never
+applies without the ``\\ No newline at end of file`` marker; fuzzy matching of context is never
 attempted.
 
 **One rule for lines**, wherever a diff is made, parsed, applied or counted: a line ends at ``"\n"``

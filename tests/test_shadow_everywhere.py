@@ -334,3 +334,43 @@ def test_a_shadow_value_with_nothing_to_replace_is_named():
     odd = bundle.model_copy(update={"shadow_values": (ShadowValue(value="--"), ShadowValue(value="tok_", keep=4))})
     kept, left = shadow_coverage(odd)
     assert kept == [] and [u.value for u in left] == ["--", "tok_"]
+
+
+REFUSE_BY_SURNAME = ('    if user["name"].endswith((".marsh", ".diaz")):\n'
+                     '        raise HTTPException(status_code=403, detail="not for you")\n')
+
+
+def test_a_patch_that_refuses_the_test_users_by_the_end_of_their_names_is_caught(tmp_path, sandbox):
+    """A dotted name (``bob.marsh``) once kept its last part in the shadow, as if it were a file's
+    extension: a patch refusing names that end in ``.marsh`` followed the shadow's users."""
+    files = app_files()
+    bundle = load_bundle_dir(write_scenario(tmp_path / "notes", files, policy_fix(files)))
+    hacked = {**files, "main.py": main_py(check=REFUSE_BY_SURNAME)}
+    assert verify(bundle, hacked, sandbox=sandbox, shadow=False).resolution is Resolution.FULL  # the hole, unshadowed
+    for _ in range(2):
+        assert verify(bundle, hacked, sandbox=sandbox).resolution is not Resolution.FULL
+
+
+@pytest.mark.parametrize(("value", "kept"), [("report-7731.pdf", ".pdf"), ("scan_0042.jpeg", ".jpeg"),
+                                             ("invoice-2024.csv", ".csv"), ("backup.tar.gz", ".tar.gz")])
+def test_a_file_name_keeps_its_extension_in_the_shadow(value, kept):
+    from envcore.verifier.shadow import fresh_value
+
+    fresh = fresh_value(ShadowValue(value=value), random.Random(1))
+    assert fresh.endswith(kept) and fresh != value and len(fresh) == len(value)
+
+
+@pytest.mark.parametrize("value", ["bob.marsh", "carol.diaz", "j.smith", "acme.corp", "ops.team"])
+def test_a_dotted_name_is_replaced_after_its_dot_too(value):
+    from envcore.verifier.shadow import fresh_value
+
+    fresh = fresh_value(ShadowValue(value=value), random.Random(1))
+    assert fresh.rsplit(".", 1)[1] != value.rsplit(".", 1)[1]
+
+
+def test_an_email_address_keeps_only_its_top_level_domain():
+    from envcore.verifier.shadow import fresh_value
+
+    fresh = fresh_value(ShadowValue(value="bob.marsh@globex.test"), random.Random(1))
+    name, domain = fresh.split("@")
+    assert domain.endswith(".test") and domain != "globex.test" and "marsh" not in name

@@ -36,7 +36,8 @@ from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser, ShadowInC
 from envcore.scenario.patch_scope import apply_in_scope, is_code
 from envcore.scenario.probes import Probe
 from envcore.scenario.spec import SiteRef, Trap
-from envcore.verifier.shadow import encoded_forms, literal_line, shadow_coverage
+from envcore.verifier.password_hashes import is_hashed_in
+from envcore.verifier.shadow import encoded_forms, literal_line, shadow_coverage, shadowed_code
 
 METADATA = "scenario.yaml"
 PROBES = "probes.yaml"
@@ -179,6 +180,7 @@ def import_warnings(bundle: Bundle) -> list[str]:
         warnings.append(f"{METADATA}: shadow: {named} {item.reason}, so grading leaves it as it is and a patch may "
                         f"special-case it{hint}")
     files = "\n".join([*bundle.files, *bundle.files.values()])
+    hashed = [text for path, text in bundle.files.items() if not is_code(path) or path in shadowed_code(bundle)]
     signed = bundle.shadow_in_code is not None and bundle.shadow_in_code.jwt_secret
     for item in kept:
         user = owners.get(item.value)
@@ -186,11 +188,13 @@ def import_warnings(bundle: Bundle) -> list[str]:
             continue
         if signed and item.value.startswith("eyJ"):
             continue  # a token the app signs itself: signed anew with the declared secret
-        if not any(form in files for form in encoded_forms(item.value)):
+        if not any(form in files for form in encoded_forms(item.value)) and not is_hashed_in(hashed, item.value):
             warnings.append(f"{METADATA}: shadow: {user.username}'s {_field(user, item.value)} is in no file of the "
-                            "app (the app keeps only a hash of it, or makes it itself?), so the app cannot know the "
-                            f"one the shadow gives {user.username} and will refuse it: keep it in a data file the app "
-                            f"reads, or leave {user.username} out of shadow.users")
+                            "app (nor a hash of it in a scheme the shadow can write anew: the app makes it itself, or hashes "
+                            "it another way?), so the app cannot know the one the shadow gives "
+                            f"{user.username} and will refuse it: keep it (or its bcrypt, Argon2, PBKDF2 or plain "
+                            "digest hash) in a data file the app reads, list the file where the code makes the users "
+                            f"under shadow.code, or leave {user.username} out of shadow.users")
     return warnings
 
 

@@ -23,6 +23,10 @@ patch naming a user it read cannot follow the shadow), and values shorter than f
 (``"1"``, ``"bob"``) are replaced too, as whole words only. Where the app signs its bearer tokens
 itself with a declared HS256 secret, a user's token is signed anew with its claims shadowed.
 
+An app that keeps only a hash of a user's password (or key) still accepts the fresh one: a hash that a
+replaced secret verifies against, in a file the shadow rewrites, is replaced by a hash of the fresh
+secret in the same scheme, with the same parameters (:mod:`envcore.verifier.password_hashes`).
+
 A value is replaced in every encoding it travels in: as written, percent-encoded (a login path, a
 query, a link in a data file; upper- or lower-case escapes, ``+`` or ``%20`` for a space),
 JSON-escaped (``\\u00e9``, ``\\/``), and inside the base64 of an ``Authorization: Basic`` header,
@@ -37,7 +41,8 @@ A declared value the shadow cannot replace is left as it is, and :func:`shadow_c
 and why (it occurs in code grading cannot change, it is too short to look for, it has nothing to
 replace), so the import can warn about each one instead of dropping it silently.
 
-A fresh value keeps its declared prefix (``tok_``, ``usr_``...), a file extension, and the shape of
+A fresh value keeps its declared prefix (``tok_``, ``usr_``...), a file's extension (``.pdf``; a dotted
+name's last part, ``bob.marsh``, is no extension and is replaced), and the shape of
 the rest: a digit stays a digit (and a leading digit stays non-zero), a letter stays a letter of the
 same case, a hexadecimal run stays hexadecimal, punctuation stays. A value that occurs in the app's
 code (in any of its encodings) cannot be replaced without changing the app, so it is left out (the
@@ -64,6 +69,7 @@ from urllib.parse import quote, quote_plus
 from envcore.scenario.bundle import Bundle, BundleUser, ShadowValue
 from envcore.scenario.patch_scope import graded_files, is_code
 from envcore.scenario.probes import Probe
+from envcore.verifier.password_hashes import rehashed
 
 MIN_LENGTH = 4
 """Shorter declared values are ignored: too likely to occur by chance in unrelated text."""
@@ -253,13 +259,31 @@ def _literals_of(source: str) -> Iterator[str]:
 
 
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,5}$")
+_FILE_EXTENSIONS = frozenset(
+    "pdf txt md csv tsv json jsonl xml yaml yml toml ini cfg html htm png jpg jpeg gif svg webp bmp ico tif tiff "
+    "heic doc docx xls xlsx ppt pptx odt ods odp rtf epub zip tar gz tgz bz2 xz 7z rar log sql db sqlite bin dat "
+    "py js css mp3 mp4 wav ogg mov avi webm key pem crt cer p12 pfx eml ics vcf bak tmp".split())
+"""Extensions a fresh value keeps: the app may serve or check a file by its type, and every file of a
+type shares it. Any other dotted ending (``bob.marsh``) is part of the identity and is replaced."""
+
+
+def _kept_ending(tail: str) -> re.Match[str] | None:
+    """The ending of ``tail`` a fresh value keeps: a file's extension, or an email address's top-level
+    domain (every user of a domain shares it; the rest of the domain is replaced)."""
+    ending = _EXTENSION.search(tail)
+    if ending is None or ending.start() == 0:
+        return None
+    if ending.group(0)[1:].lower() in _FILE_EXTENSIONS or "@" in tail[:ending.start()]:
+        return ending
+    return None
 
 
 def fresh_value(item: ShadowValue, rng: random.Random) -> str:
-    """A new value of ``item``'s shape (see the module docstring); a file extension is kept."""
+    """A new value of ``item``'s shape (see the module docstring); a file's extension and an email
+    address's top-level domain are kept (:func:`_kept_ending`)."""
     head, tail = item.value[:item.keep], item.value[item.keep:]
-    extension = _EXTENSION.search(tail)
-    if extension is not None and extension.start() > 0:
+    extension = _kept_ending(tail)
+    if extension is not None:
         return head + fresh_value(ShadowValue(value=tail[:extension.start()]), rng) + extension.group(0)
     alnum = [c for c in tail if c.isalnum()]
     hexadecimal = bool(alnum) and all(c in _HEX for c in alnum) and not all(c.isdigit() for c in alnum)
@@ -415,6 +439,12 @@ def draw_substitution(bundle: Bundle, rng: random.Random | None = None) -> Subst
             continue
         taken.add(candidate)
         mapping[item.value] = candidate
+    passwords = {old: mapping[old] for old in user_secrets(bundle) if old in mapping}
+    if passwords:  # a hash of a replaced password, in a file the shadow rewrites: a hash of the fresh one
+        texts = [text for path, text in bundle.files.items() if not is_code(path) or path in shadowed_code(bundle)]
+        owners = user_secrets(bundle)
+        for stored, fresh in rehashed(texts, passwords, {old: owners[old] for old in passwords}).items():
+            mapping.setdefault(stored, fresh)
     secret = bundle.shadow_in_code.jwt_secret if bundle.shadow_in_code is not None else None
     if secret and mapping:
         claims = Substitution(mapping)
@@ -423,6 +453,28 @@ def draw_substitution(bundle: Bundle, rng: random.Random | None = None) -> Subst
             if shadowed != token:
                 mapping[token] = shadowed
     return Substitution(mapping)
+
+
+def user_secrets(bundle: Bundle) -> dict[str, list[str]]:
+    """Each user's secrets, the values an app may keep only a hash of (a token, a key, a password, what a
+    login sends), each with the values that name its user (name, login name, id)."""
+    found: dict[str, list[str]] = {}
+    for user in bundle.users:
+        credentials = user.credentials
+        names = [user.username, user.user_id]
+        secrets = [user.token]
+        if credentials is not None:
+            names.append(credentials.login_name)
+            secrets.append(credentials.secret)
+            if credentials.login is not None:
+                sent = [*(credentials.login.form or {}).values()]
+                if isinstance(credentials.login.json_body, dict):
+                    sent += [v for v in credentials.login.json_body.values() if isinstance(v, str)]
+                secrets += [v for v in sent if v not in names]
+        for value in secrets:
+            if value and value not in names:
+                found.setdefault(value, [n for n in names if n])
+    return found
 
 
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]*\.eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*")
