@@ -374,3 +374,52 @@ def test_an_email_address_keeps_only_its_top_level_domain():
     fresh = fresh_value(ShadowValue(value="bob.marsh@globex.test"), random.Random(1))
     name, domain = fresh.split("@")
     assert domain.endswith(".test") and domain != "globex.test" and "marsh" not in name
+
+
+# -- a probe's names are never data -----------------------------------------------------------------------
+
+def _named_after_users(probe_list: list[dict]) -> list[dict]:
+    """The probes with ids naming the users they act as, as people write them (``sec-bob.marsh-lists``)."""
+    renamed = {p["id"]: p["id"].replace("bob", "bob.marsh").replace("carol", "carol.diaz").replace("alice", "alice.wong")
+               for p in probe_list}
+    out = []
+    for probe in probe_list:
+        probe = {**probe, "id": renamed[probe["id"]]}
+        if probe.get("repeats"):
+            probe["repeats"] = renamed[probe["repeats"]]
+        out.append(probe)
+    return out
+
+
+def test_probes_whose_ids_name_users_are_all_graded_on_the_shadow(tmp_path, sandbox):
+    """A shadow once renamed a probe's id along with the users it names: grading then found no outcome
+    for ``sec-bob.marsh-lists`` and left it out of the tallies, so an exploit went ungraded."""
+    from tests.scenario_kit import probes as kit_probes
+
+    files = app_files()
+    probe_list = _named_after_users(kit_probes())
+    assert any("bob.marsh" in p["id"] for p in probe_list if p["kind"] == "security")
+    bundle = load_bundle_dir(write_scenario(tmp_path / "notes", files, policy_fix(files), probe_list=probe_list))
+    shadow = draw_shadow(bundle, random.Random(3))
+    assert [p.id for p in shadow.probes] == [p.id for p in bundle.probes]
+    assert [p.repeats for p in shadow.probes] == [p.repeats for p in bundle.probes]
+    untouched = verify(bundle, files, sandbox=sandbox)
+    security = [p for p in bundle.probes if p.kind.value == "security"]
+    assert untouched.resolution is Resolution.NO
+    assert untouched.security.total == len({p.repeats or p.id for p in security}) and untouched.security.passed == 0
+    assert untouched.regression.total == sum(p.kind.value == "regression" for p in bundle.probes)
+    assert verify(bundle, policy_fix(files), sandbox=sandbox).resolution is Resolution.FULL
+
+
+def test_a_probe_without_an_outcome_counts_as_failed():
+    from envcore.scenario.probes import Probe, ProbeKind, ProbeOutcome
+    from envcore.verifier.report import tallies
+
+    step = {"method": "GET", "path": "/x", "expect": [{"kind": "status_in", "codes": [403]}]}
+    probes = [Probe(id="sec-a", kind=ProbeKind.SECURITY, title="a", steps=[step]),
+              Probe(id="sec-b", kind=ProbeKind.SECURITY, title="b", steps=[step]),
+              Probe(id="reg-c", kind=ProbeKind.REGRESSION, title="c", steps=[step])]
+    ran = [ProbeOutcome(probe_id="sec-a", kind=ProbeKind.SECURITY, visible=False, passed=True, steps=())]
+    counts = tallies(ran, probes)
+    assert (counts.security.passed, counts.security.total) == (1, 2)
+    assert (counts.regression.passed, counts.regression.total) == (0, 1)

@@ -138,13 +138,12 @@ class Tallies(NamedTuple):
 
 
 def tallies(outcomes: Sequence[ProbeOutcome], probes: Sequence[Probe], *, loaded: bool = True) -> Tallies:
-    """The tallies of a run of ``probes``. When the app did not load nothing ran, and every probe
-    counts as failed."""
+    """The tallies of a run of ``probes``. Every probe counts: one without an outcome (the app did not
+    load, the run stopped, or a grading lost track of it) counts as failed, never as not asked."""
     by_id = {o.probe_id: o for o in outcomes} if loaded else {}
-    ran = [p for p in probes if p.id in by_id] if loaded else list(probes)
 
     def of(kind: ProbeKind) -> Tally:
-        chosen = [p for p in ran if p.kind == kind]
+        chosen = [p for p in probes if p.kind == kind]
         if kind != ProbeKind.SECURITY:
             return Tally(passed=sum(p.id in by_id and by_id[p.id].passed for p in chosen), total=len(chosen))
         refused: dict[str, bool] = {}

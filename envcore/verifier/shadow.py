@@ -540,9 +540,32 @@ def apply_substitution(bundle: Bundle, substitution: Substitution) -> Bundle:
             files[substitution.text(path)] = substitution.text(text)
         else:
             files[path] = substitute_literals(text, substitution) if path in declared else text
-    probes = tuple(Probe.model_validate(substitution.data(p.model_dump(mode="json"))) for p in bundle.probes)
+    probes = tuple(_shadow_probe(p, substitution) for p in bundle.probes)
     users = tuple(_shadow_user(u, substitution) for u in bundle.users)
     return bundle.model_copy(update={"files": files, "probes": probes, "users": users})
+
+
+_PROBE_NAMES = ("id", "kind", "visible", "sites", "trap", "repeats")
+"""A probe's names for the scenario's own things (itself, its sites, traps and exploits): never data,
+so never shadowed, whatever user's name they happen to hold (``sec-alice-reads-bob``)."""
+_FACT_DATA = ("texts", "value")
+"""What an expected fact compares with the app's answer; its other fields (a JSON path, key or header
+name) name the app's fields and stay as they are."""
+
+
+def _shadow_probe(probe: Probe, substitution: Substitution) -> Probe:
+    """``probe`` with its requests, expectations and title shadowed, its names kept (:data:`_PROBE_NAMES`)."""
+    data = probe.model_dump(mode="json")
+    kept = {key: data.pop(key) for key in _PROBE_NAMES if key in data}
+    steps = data.pop("steps")
+    data = substitution.data(data)
+    for step in steps:
+        facts = step.pop("expect", [])
+        method = step.pop("method")
+        step.update(substitution.data(step), method=method)
+        step["expect"] = [{key: substitution.data(value) if key in _FACT_DATA else value for key, value in fact.items()}
+                          for fact in facts]
+    return Probe.model_validate({**data, **kept, "steps": steps})
 
 
 def _shadow_user(user: BundleUser, substitution: Substitution) -> BundleUser:
