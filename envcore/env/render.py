@@ -29,7 +29,8 @@ def intro(bundle: Bundle, max_steps: int) -> str:
     return (
         f"{bundle.task}\n\n{bundle.policy_text}\n\nSeeded users you can send requests as: {users}.\n"
         f"The app's files: {', '.join(sorted(bundle.files))}.\n"
-        "The app runs in a sandbox that cannot write files; each patch restarts it from its seed data.\n"
+        "The app runs in a sandbox: once loaded it may change its own files but create none, and each patch "
+        "restarts it from its seed data.\n"
         f"{TOOLS_HELP}\nYou have {max_steps} steps."
     )
 
