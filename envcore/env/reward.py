@@ -133,7 +133,8 @@ def security_blocked(x: RewardInputs) -> tuple[float, float, str]:
     paid = rate if _app_loads(x) and _legit_use_kept(x) and _guards_hold(x) else 0.0
     detail = f"{x.report.security.passed}/{x.report.security.total} exploits refused"
     if _app_loads(x) and not _guards_hold(x):
-        detail += "; not paid: a guard probe fails (the patch opened a new hole)"
+        detail += ("; not paid: a guard probe fails (guards_broken names it): security the app already had no "
+                   "longer holds as its probe expects")
     return paid, rate, detail
 
 
