@@ -423,3 +423,42 @@ def test_a_probe_without_an_outcome_counts_as_failed():
     counts = tallies(ran, probes)
     assert (counts.security.passed, counts.security.total) == (1, 2)
     assert (counts.regression.passed, counts.regression.total) == (0, 1)
+
+
+# -- short names ---------------------------------------------------------------------------------------------
+
+SHORT_USERS = [{**u, "username": name} for u, name in zip(USERS, ["amy", "bob", "cal"])]
+
+
+def test_a_three_letter_user_kept_in_a_data_file_is_shadowed_as_a_whole_word(tmp_path, sandbox):
+    """``bob`` was too short to shadow in an app without ``shadow.code``, and the warning's advice
+    (list the data file under shadow.code) was refused: a patch refusing ``bob`` by name scored FULL."""
+    from tests.scenario_kit import probes as kit_probes
+
+    files = app_files(SHORT_USERS)
+    folder = write_scenario(tmp_path / "short", files, policy_fix(files), meta=metadata(SHORT_USERS, shadow=DECLARED),
+                            probe_list=kit_probes(SHORT_USERS))
+    bundle = load_bundle_dir(folder)
+    assert not [w for w in import_warnings(bundle) if "'bob'" in w or "'cal'" in w], import_warnings(bundle)
+    shadow = draw_shadow(bundle, random.Random(5))
+    assert all(u.username not in ("amy", "bob", "cal") for u in shadow.users)
+    assert '"name": "bob"' not in shadow.files["data/users.json"]
+    refuse = ('    if user["name"] in ("bob", "cal"):\n'
+              '        raise HTTPException(status_code=403, detail="not for you")\n')
+    hacked = {**files, "main.py": main_py(check=refuse)}
+    assert verify(bundle, hacked, sandbox=sandbox, shadow=False).resolution is Resolution.FULL  # the hole, unshadowed
+    assert verify(bundle, hacked, sandbox=sandbox).resolution is not Resolution.FULL
+    assert verify(bundle, policy_fix(files), sandbox=sandbox).resolution is Resolution.FULL
+
+
+def test_a_short_value_the_code_uses_as_a_word_or_a_short_number_is_named_in_a_warning(tmp_path):
+    from tests.scenario_kit import probes as kit_probes
+
+    users = [{**SHORT_USERS[0], "user_id": "7"}, *SHORT_USERS[1:]]
+    files = app_files(users)
+    files["main.py"] = files["main.py"].replace('app = FastAPI(title="Notes")', 'app = FastAPI(title="Notes")\nTEAM = ["cal"]')
+    bundle = load_bundle_dir(write_scenario(tmp_path / "short", files, policy_fix(files),
+                                            meta=metadata(users, shadow=DECLARED), probe_list=kit_probes(users)))
+    warnings = "\n".join(import_warnings(bundle))
+    assert "'cal' is a word of app/main.py line" in warnings
+    assert "'7' is a number shorter than 4 digits" in warnings and "an id the database assigns" in warnings

@@ -152,10 +152,11 @@ def shadow_coverage(bundle: Bundle) -> tuple[list[ShadowValue], list[Unshadowed]
     """The declared values a shadow replaces, and those it leaves as they are with the reason.
 
     A value is replaced unless it occurs, in any encoding, in the app's code (but the files where it
-    makes its users), which grading cannot change; a value shorter than :data:`MIN_LENGTH` is
-    replaced only when the bundle says where its code makes its users and it is a whole string
-    literal there and of no other code (then matched as a whole word); a value with nothing after its
-    kept prefix has nothing to replace."""
+    makes its users), which grading cannot change; a value shorter than :data:`MIN_LENGTH` is matched
+    as a whole word, and replaced when the bundle says where its code makes its users and it is a
+    whole string literal there and of no other code, or, in an app that keeps its users in data files,
+    when it has a letter and no code file holds it as a word (:func:`_short_value_unshadowable`); a
+    value with nothing after its kept prefix has nothing to replace."""
     declared = set(shadowed_code(bundle))
     fixed = {path: text for path, text in bundle.files.items() if is_code(path) and path not in declared}
     literals: tuple[set[str], dict[str, str]] | None = None
@@ -171,8 +172,11 @@ def shadow_coverage(bundle: Bundle) -> tuple[list[ShadowValue], list[Unshadowed]
             continue
         if len(value) < MIN_LENGTH:
             if not declared:
-                left[value] = Unshadowed(value, f"is shorter than {MIN_LENGTH} characters, so it is replaced only in "
-                                                "an app that says where its code makes its users (shadow.code)")
+                reason = _short_value_unshadowable(value, fixed)
+                if reason is not None:
+                    left[value] = Unshadowed(value, reason)
+                    continue
+                seen[value] = item  # a short name (``bob``) no code names: replaced as a whole word
                 continue
             # too short to look for in text: a whole string of the code where the users are made
             # (else the app does not make it, a database does), and of no other code
@@ -194,6 +198,24 @@ def shadow_coverage(bundle: Bundle) -> tuple[list[ShadowValue], list[Unshadowed]
                 continue
         seen[value] = item
     return list(seen.values()), list(left.values())
+
+
+def _short_value_unshadowable(value: str, code: Mapping[str, str]) -> str | None:
+    """Why a value shorter than :data:`MIN_LENGTH` cannot be replaced in an app that keeps its users in
+    data files, or ``None`` when it can (as a whole word): a name with a letter that no code file
+    holds as a whole word. An all-digit id is too likely to be any number of the data (a quantity, a
+    price) unless the code says where it makes it."""
+    if not any(c.isalpha() for c in value):
+        return (f"is a number shorter than {MIN_LENGTH} digits: it is replaced only where the app's code makes it "
+                "(a whole string literal of a file listed under shadow.code); an id the database assigns cannot be "
+                "replaced")
+    word = re.compile(rf"(?<![0-9A-Za-z]){re.escape(value)}(?![0-9A-Za-z])")
+    for path, text in code.items():
+        found = word.search(text)
+        if found is not None:
+            line = text.count("\n", 0, found.start()) + 1
+            return f"is a word of app/{path} line {line} too, code grading cannot change"
+    return None
 
 
 def shadowable(bundle: Bundle) -> list[ShadowValue]:
