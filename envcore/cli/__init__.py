@@ -11,9 +11,9 @@ import os
 import sys
 
 from envcore import __version__
-from envcore.cli import bench_cmd, demos_cmd, eval_cmd, factory_cmd, feedback_cmd, job_cmd, train_cmd
+from envcore.cli import bench_cmd, demos_cmd, eval_cmd, factory_cmd, feedback_cmd, job_cmd, train_cmd, try_cmd
 
-GROUPS = (factory_cmd, bench_cmd, eval_cmd, demos_cmd, train_cmd, job_cmd, feedback_cmd)
+GROUPS = (factory_cmd, try_cmd, bench_cmd, eval_cmd, demos_cmd, train_cmd, job_cmd, feedback_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
