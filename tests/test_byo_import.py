@@ -178,6 +178,15 @@ def test_fix_for_a_file_that_does_not_exist_is_named(example_copy):
     assert "fix.diff: clinic/views.py: no such file" in _problem(example_copy)
 
 
+def test_a_fix_made_between_folders_not_named_a_and_b_says_so(example_copy):
+    fix = example_copy / "fix.diff"
+    text = fix.read_text(encoding="utf-8")
+    fix.write_text(text.replace("--- a/", "--- ta/").replace("+++ b/", "+++ tb/"), encoding="utf-8")
+    message = _problem(example_copy)
+    assert "fix.diff: ta/clinic/routes.py: no such file" in message
+    assert "its paths start with 'ta/' and 'tb/', which the app does not have" in message and "diff -ruN a b" in message
+
+
 def test_missing_fix_is_refused_unless_allowed(example_copy):
     (example_copy / "fix.diff").unlink()
     assert "fix.diff: missing" in _problem(example_copy)

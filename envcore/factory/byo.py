@@ -30,7 +30,7 @@ from envcore.factory.compiler import difficulty_score, tier_of
 from envcore.factory.scenario_base import compose_app
 from envcore.factory.yaml_positions import Positions
 from envcore.filetree import tree_problem
-from envcore.patching import PatchError, changed_lines
+from envcore.patching import PatchError, changed_lines, parse_patch
 from envcore.runner.databases import dump_text, is_sqlite_file
 from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser, ShadowInCode, ShadowValue
 from envcore.scenario.patch_scope import apply_in_scope, is_code
@@ -152,6 +152,30 @@ def shadow_values(meta: ScenarioMetadata, files: dict[str, str], problems: list[
         declared = item if isinstance(item, ShadowValue) else ShadowValue(value=item)
         found.setdefault(declared.value, declared)
     return tuple(found.values())
+
+
+def _prefix_hint(files: dict[str, str], fix: str) -> str:
+    """A hint when each side's paths of ``fix`` all start with one folder the app does not have, and
+    without it they are the app's: the diff was made between folders not named ``a`` and ``b``."""
+    try:
+        patches = parse_patch(fix)
+    except PatchError:
+        return ""
+    heads: list[str] = []
+    found = False
+    for paths in ([p.old_path for p in patches if p.old_path], [p.new_path for p in patches if p.new_path]):
+        if not paths:
+            continue
+        head = {p.split("/", 1)[0] if "/" in p else "" for p in paths}
+        if len(head) != 1 or "" in head or head <= {p.split("/", 1)[0] for p in files}:
+            return ""
+        heads.append(head.pop())
+        found = found or any(p.split("/", 1)[1] in files for p in paths)
+    if not found:
+        return ""
+    named = " and ".join(f"'{h}/'" for h in dict.fromkeys(heads))
+    return (f" (its paths start with {named}, which the app does not have: make the diff between folders named a "
+            "and b, `diff -ruN a b`, or with `git diff --no-index a b`, so its paths are the app's)")
 
 
 def import_warnings(bundle: Bundle) -> list[str]:
@@ -369,7 +393,7 @@ def load_bundle_dir(folder: str | Path, *, require_fix: bool = True) -> Bundle:
             try:
                 apply_in_scope(files, fix)  # what an agent's patch may change, a fix may: no more
             except PatchError as exc:
-                problems.append(f"{FIX}: {exc}")
+                problems.append(f"{FIX}: {exc}{_prefix_hint(files, fix)}")
     elif fix_path.exists():
         problems.append(f"{FIX}: not a regular file")
     elif require_fix:
