@@ -40,7 +40,9 @@ With a runner built with ``diagnostics=True`` (``factory import`` and ``factory 
 also says *why* for its author (:attr:`CheckReport.diagnostics`, :mod:`envcore.runner.diagnostics`):
 the app's traceback behind every 5xx answer that made a check fail, once per distinct traceback and
 next to the request it answered, and where the time went of a load that failed, timed out or took
-more than a second.
+more than a second (a load that failed for one probe after the app loaded for others is shown next
+to that probe, with its own profile). A load that succeeded in more than half of the sandbox's load
+deadline is also a warning (:attr:`CheckReport.warnings`): a busier machine would make it fail.
 """
 
 from __future__ import annotations
@@ -59,7 +61,15 @@ from envcore.factory.lazy_fixes import narrow_fix_files, narrow_fixes, path_patt
 from envcore.patching import PatchError
 from envcore.runner.actors import actors_of
 from envcore.runner.base import AppSource, Batch, Gate, ProbeRunner, RunReport
-from envcore.runner.diagnostics import AppError, LoadProfile, render_app_errors, render_load_profile
+from envcore.runner.diagnostics import (
+    AppError,
+    LoadProfile,
+    main_entries,
+    near_deadline,
+    render_app_errors,
+    render_load_profile,
+    render_near_deadline,
+)
 from envcore.runner.inprocess import InProcessRunner
 from envcore.runner.loader import top_level_names
 from envcore.scenario.bundle import Bundle, BundleUser
@@ -80,6 +90,9 @@ class CheckReport:
     """For the scenario's author, with a runner that collects them: the app's tracebacks behind the
     problems and the profiles of failed or slow loads, each a block of text (a slow load's may come
     with no problem at all)."""
+    warnings: list[str] = field(default_factory=list)
+    """For the scenario's author, with a runner that collects diagnostics: each a line that says what
+    makes the scenario pass or fail by chance (a load that takes more than half of its deadline)."""
 
     @property
     def ok(self) -> bool:
@@ -99,6 +112,7 @@ class Diagnostics:
         self.errors: list[AppError] = []
         self.failed_loads: list[tuple[str, LoadProfile]] = []
         self.slow_load: LoadProfile | None = None
+        """The slowest load that succeeded and was slow."""
 
     def failed(self, report: RunReport, outcome: ProbeOutcome) -> None:
         """``outcome`` of ``report`` made a check fail: keep the tracebacks behind its answers."""
@@ -106,27 +120,33 @@ class Diagnostics:
 
     def load(self, report: RunReport, what: str) -> None:
         """``report``'s load of ``what`` failed (a problem says so) or succeeded: keep its profile, if
-        the runner kept one (a failed load, or a slow one)."""
+        the runner kept one (a failed load, or a slow one: the slowest)."""
         if report.load_profile is None:
             return
         if not report.loaded:
             self.failed_loads.append((what, report.load_profile))
-        elif self.slow_load is None:
+        elif self.slow_load is None or report.load_profile.seconds > self.slow_load.seconds:
             self.slow_load = report.load_profile
 
     def render(self) -> list[str]:
-        """The blocks of :attr:`CheckReport.diagnostics`: each distinct traceback, each failed load's
-        profile (once per place the time went), a slow load's when no load failed."""
+        """The blocks of :attr:`CheckReport.diagnostics`: each distinct traceback and each load that
+        failed for a probe (with that load's profile), each failed load's profile (once per place the
+        time went), a slow load's when no load failed (a load that worked explains no failure)."""
         blocks = render_app_errors(self.errors)
         seen: set[tuple] = set()
         for what, profile in self.failed_loads:
-            key = tuple((e.path, e.line) for e in profile.entries[:3])
+            key = tuple((e.path, e.line) for e in main_entries(profile))
             if key not in seen:
                 seen.add(key)
                 blocks.append(render_load_profile(profile, what))
-        if self.slow_load is not None and not self.failed_loads:
+        if self.slow_load is not None and not self.failed_loads and not any(e.load_failed for e in self.errors):
             blocks.append(render_load_profile(self.slow_load, "the app"))
         return blocks
+
+    def warnings(self) -> list[str]:
+        """The lines of :attr:`CheckReport.warnings`: the slowest load that succeeded, if it took more
+        than half of its load deadline (its time, the deadline and where the time went)."""
+        return [render_near_deadline(self.slow_load, "the app")] if near_deadline(self.slow_load) else []
 
 
 def _actors(bundle: Bundle) -> dict[str, Credentials]:
@@ -524,11 +544,24 @@ def check_scenario(
         started = time.perf_counter()
         problems = check(ctx)
         report.timings[name] = time.perf_counter() - started
+        if name == "shadow":  # what failed on the scenario's own data is said once, there
+            said = {_probe_and_app(p) for p in report.problems} - {None}
+            problems = [p for p in problems if _probe_and_app(p) not in said]
         report.problems += [f"[{name}] {p}" for p in problems]
         if problems and (fail_fast or name == "actors"):
             break  # (probes that name unknown users cannot be sent at all)
     report.diagnostics = ctx.diagnostics.render()
+    report.warnings = ctx.diagnostics.warnings()
     return report
+
+
+_PROBE_AND_APP = re.compile(r"probe (\S+) (?:already )?(?:passes|fails) (?:on the (vulnerable) app|with the (reference) fix)")
+
+
+def _probe_and_app(problem: str) -> tuple[str, str] | None:
+    """The probe a check problem is about and the app it ran on (``vulnerable``, ``reference``)."""
+    match = _PROBE_AND_APP.search(problem)
+    return (match.group(1), match.group(2) or match.group(3)) if match else None
 
 
 _RUNNER: InProcessRunner | None = None

@@ -18,7 +18,15 @@ check``); a runner collects them only when it is built with ``diagnostics=True``
   it is a single thread (no sampling thread), under a seccomp allowlist that has ``setitimer`` and
   ``rt_sigaction`` but not ``ptrace``, and it is cheap (a few microseconds per sample). Nothing is
   sampled unless diagnostics were asked for. A worker whose load runs long sends the profile so far
-  every quarter second, so a load the parent stops at its deadline still has one.
+  every quarter second, so a load the parent stops at its deadline still has one; a load that
+  finishes is described by the profile its final report carries, or by none (a fast load's). A load
+  that succeeds is shown when it took more than :data:`SLOW_LOAD_S`, or more than half of its load
+  deadline (:func:`slow_load_s`), which also earns a warning (:func:`near_deadline`): on a busy
+  machine such an app passes or fails its checks, and its grading, by chance.
+* **A load that failed for one probe** (:attr:`AppError.load_failed`): in the sandbox every probe
+  loads the app afresh, so a load can fail (overrun its deadline on a busy machine) after another
+  load of the same app succeeded; the probe's requests then go unanswered, and the failure is kept
+  next to that probe, with the profile of *that* load.
 
 **Never for an agent.** Grading, ``run_tests`` and the live app behind ``http_request`` run without
 diagnostics, so no traceback, no profile and no source line of a hidden probe's code path can reach
@@ -44,7 +52,12 @@ SAMPLE_INTERVAL_S = 0.01
 REPORT_EVERY_S = 0.25
 """How often a worker whose load is still running sends the profile so far."""
 SLOW_LOAD_S = 1.0
-"""A load that succeeds is reported with its profile when it took longer than this."""
+"""A load that succeeds is reported with its profile when it took longer than this (or than
+:data:`NEAR_DEADLINE` of its load deadline, when that is less)."""
+NEAR_DEADLINE = 0.5
+"""The share of its load deadline past which a load that succeeds is warned about."""
+WARNING_ENTRIES = 3
+"""Lines of the profile a near-deadline warning names."""
 TOP_ENTRIES = 6
 MAX_TEXT = 300
 """Characters kept of a function name or a source line in a profile."""
@@ -111,6 +124,12 @@ class AppError:
     """:func:`app_traceback` of the exception."""
     login: bool = False
     """The request was the actor's login, sent before the probe's steps."""
+    load_failed: bool = False
+    """Not an exception: the app did not load for this probe (``traceback`` holds why), though it
+    loaded for another probe of the run; ``method``, ``path`` and ``actor`` are the probe's first
+    request, which went unanswered."""
+    profile: LoadProfile | None = None
+    """For a failed load: where that load's time went."""
 
 
 def failed_answer(status: int | None) -> bool:
@@ -143,6 +162,9 @@ class LoadProfile:
     """The lines charged the most time, most first (a caller after its callee when they tie)."""
     outside_s: float = 0.0
     """Time sampled with no frame of the app's code on the stack (libraries, the runner)."""
+    deadline_s: float | None = None
+    """The load deadline the load ran under (the sandbox's, set by the parent; never sent by a
+    worker), or ``None`` where loads have none (in-process)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"seconds": self.seconds, "finished": self.finished, "outside_s": self.outside_s,
@@ -244,14 +266,49 @@ class LoadSampler:
         return LoadProfile(round(time.perf_counter() - self._started, 3), finished, entries, round(self._outside, 3))
 
 
-def worth_showing(profile: LoadProfile | None, *, loaded: bool) -> LoadProfile | None:
+def main_entries(profile: LoadProfile, count: int = 3) -> tuple[ProfileEntry, ...]:
+    """The top ``count`` lines of ``profile``, without those charged less than a tenth of the top
+    line's time (a sample or two of an import: noise, which would tell two loads apart)."""
+    if not profile.entries:
+        return ()
+    floor = profile.entries[0].seconds / 10
+    return tuple(e for e in profile.entries[:count] if e.seconds >= floor)
+
+
+def slow_load_s(deadline_s: float | None) -> float:
+    """How long a successful load may take before it is shown: :data:`SLOW_LOAD_S`, or less where
+    :data:`NEAR_DEADLINE` of the load deadline ``deadline_s`` is less."""
+    return SLOW_LOAD_S if deadline_s is None else min(SLOW_LOAD_S, deadline_s * NEAR_DEADLINE)
+
+
+def worth_showing(profile: LoadProfile | None, *, loaded: bool, deadline_s: float | None = None) -> LoadProfile | None:
     """``profile`` if the author should see it: the load failed (and some time went anywhere), or it
-    succeeded but took longer than :data:`SLOW_LOAD_S`."""
+    succeeded but took longer than :func:`slow_load_s` of its deadline ``deadline_s``."""
     if profile is None:
         return None
     if loaded:
-        return profile if profile.seconds > SLOW_LOAD_S else None
+        return profile if profile.seconds > slow_load_s(deadline_s) else None
     return profile if profile.entries or profile.outside_s else None
+
+
+def near_deadline(profile: LoadProfile | None) -> bool:
+    """Whether ``profile`` is of a load that succeeded in more than :data:`NEAR_DEADLINE` of its load
+    deadline: one that a busier machine would make overrun it."""
+    return (profile is not None and profile.finished and profile.deadline_s is not None
+            and profile.seconds > profile.deadline_s * NEAR_DEADLINE)
+
+
+def render_near_deadline(profile: LoadProfile, what: str = "the app") -> str:
+    """The warning for a load :func:`near_deadline`, in one line: its time, its deadline and the top
+    of its profile."""
+    where = "; ".join(f"{e.path}:{e.line} in {e.function} ({e.seconds:.2f} s)" + (f" {e.source}" if e.source else "")
+                      for e in main_entries(profile, WARNING_ENTRIES))
+    text = (f"{what} took {profile.seconds:.2f} s to load, more than half of its {profile.deadline_s:g} s load "
+            "deadline: on a busier machine some loads will overrun it, and checks and grading will fail by chance "
+            "(slow start-up work, such as hashing seed passwords at a high cost, can be done ahead of time and its "
+            "result kept in a data file); where the time went: "
+            + (where or "no line of the app's code was on the stack when sampled"))
+    return printable(text.replace("\n", " "))
 
 
 def printable(text: str) -> str:
@@ -261,15 +318,37 @@ def printable(text: str) -> str:
                    for ch in text)
 
 
+def _profile_key(profile: LoadProfile | None) -> tuple:
+    """Where a profile's time went, as far as telling two loads apart goes: its main lines."""
+    return () if profile is None else tuple((e.path, e.line) for e in main_entries(profile))
+
+
+def _render_load_failure(group: list[AppError]) -> str:
+    first = group[0]
+    head = f"the app did not load for probe {first.probe_id} ({first.method} {first.path} as {first.actor or 'anonymous'})"
+    more = sorted({e.probe_id for e in group[1:]} - {first.probe_id})
+    if more:
+        head += f", nor for {len(more)} more probe(s) ({', '.join(more[:5])})"
+    lines = [f"{head}: {first.traceback}"]
+    if first.profile is not None:
+        lines += ["  " + line for line in render_load_profile(first.profile, "the app").splitlines()]
+    return printable("\n".join(lines))
+
+
 def render_app_errors(errors: list[AppError]) -> list[str]:
     """One block per distinct traceback: the first request that raised it, how many more did, and
-    the traceback."""
-    groups: dict[str, list[AppError]] = {}
+    the traceback; and one per distinct failed load (its reason and where its time went): the first
+    probe it failed, how many more, and that load's profile."""
+    groups: dict[tuple, list[AppError]] = {}
     for error in errors:
-        groups.setdefault(error.traceback, []).append(error)
+        key = ("load", error.traceback, _profile_key(error.profile)) if error.load_failed else ("raised", error.traceback)
+        groups.setdefault(key, []).append(error)
     blocks = []
-    for text, group in groups.items():
-        first = group[0]
+    for key, group in groups.items():
+        if key[0] == "load":
+            blocks.append(_render_load_failure(group))
+            continue
+        text, first = key[1], group[0]
         status = f"status {first.status}" if first.status is not None else "no answer"
         what = f"signing in for probe {first.probe_id}" if first.login else f"probe {first.probe_id}"
         head = f"the app raised on {first.method} {first.path} as {first.actor or 'anonymous'} ({what}, {status})"

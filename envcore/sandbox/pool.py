@@ -37,12 +37,13 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from envcore.filetree import tree_problem
 from envcore.runner.base import AppSource, RunnerInfrastructureError
-from envcore.runner.diagnostics import MAX_TRACEBACK_CHARS, LoadProfile
+from envcore.runner.diagnostics import MAX_TRACEBACK_CHARS, LoadProfile, worth_showing
 from envcore.runner.http import MAX_BODY_BYTES, HttpRequest, HttpResponse
 from envcore.runner.loader import AppLoadError, materialize
 from envcore.sandbox import posture
@@ -195,7 +196,11 @@ class Worker:
         """Asked for diagnostics (the scenario's author's tools, never grading): the load's profile
         and the app's tracebacks are kept (:mod:`envcore.runner.diagnostics`)."""
         self.load_profile: LoadProfile | None = None
-        """For a worker asked for diagnostics: where its load's time went, if it failed or was slow."""
+        """For a worker asked for diagnostics: where its load's time went, if it failed or was slow.
+        A load that finished is described by the profile its final report carries, or by none; one
+        that did not (stopped at its deadline, or its process ended) by the last one it streamed."""
+        self._streamed_profile: LoadProfile | None = None
+        """The profile the worker sent last while its load was still running (unfinished)."""
         self.closed = False
         self._how_ended: str | None = None
         self._template_lost = False
@@ -220,6 +225,7 @@ class Worker:
                 raise WireError("unexpected data with the load report")
         except WireTimeout:
             self.close()
+            self.load_profile = self._streamed_profile
             raise AppLoadFailure(f"the app did not finish loading within {timeout_s:g} s", self.load_profile) from None
         except PeerClosed:
             try:
@@ -230,12 +236,12 @@ class Worker:
                 # The template died (with its zygote, say) before this worker loaded anything: the
                 # app is not to blame, and a fresh worker can load it.
                 return self._fall_back("the template process was gone", deadline)
+            self.load_profile = self._streamed_profile
             raise AppLoadFailure(f"the app's process ended while loading ({ended})", self.load_profile) from None
         except WireError as exc:
             self.close()
             raise AppLoadFailure(f"the app's process broke the protocol while loading: {exc}") from None
-        if self.diagnose and "profile" in message:
-            self.load_profile = LoadProfile.from_json(message["profile"]) or self.load_profile
+        self.load_profile = self._final_profile(message)
         self.containment = message.get("containment") or {}
         self.load_timings_ms = message.get("timings_ms") or {}
         if message.get("type") == "unswappable" and self.fallback is not None:
@@ -255,13 +261,27 @@ class Worker:
 
     def _read_load(self, deadline: float, max_blob: int) -> tuple[dict[str, Any], bytes]:
         """The worker's next frame while it loads. A worker asked for diagnostics sends the load's
-        profile so far as it goes (kept in :attr:`load_profile`, the frame skipped); from any other
-        worker such a frame is a frame out of protocol, which fails its load."""
+        profile so far as it goes (kept for a load that does not finish, the frame skipped); from any
+        other worker such a frame is a frame out of protocol, which fails its load."""
         while True:
             message, blob = self.reader.read(deadline, max_json=MAX_RESPONSE_JSON, max_blob=max_blob)
             if not (self.diagnose and message.get("type") == "profile" and not blob):
                 return message, blob
-            self.load_profile = LoadProfile.from_json(message.get("profile")) or self.load_profile
+            self._streamed_profile = LoadProfile.from_json(message.get("profile")) or self._streamed_profile
+
+    def _final_profile(self, message: dict[str, Any]) -> LoadProfile | None:
+        """The profile of a load that finished: the one its final report (``ready``, ``load_error``)
+        carries, if the author should see it (a failed load's; a successful one's only if it was slow
+        for the sandbox's load deadline, which it is given), else none. Never one streamed while the
+        load was running: a fast load's report carries none, and it has nothing to show."""
+        if not self.diagnose or "profile" not in message:
+            return None
+        profile = LoadProfile.from_json(message["profile"])
+        if profile is None:
+            return None
+        deadline_s = self.sandbox.limits.load_timeout_s
+        return worth_showing(replace(profile, finished=True, deadline_s=deadline_s),
+                             loaded=message.get("type") == "ready", deadline_s=deadline_s)
 
     def _fall_back(self, reason: str, deadline: float) -> dict[str, Any]:
         """Become a fresh worker loading the same app (a template's worker could not load it)."""

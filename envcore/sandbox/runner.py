@@ -185,7 +185,9 @@ class _Run:
         self.diagnose = diagnose
         self.app_errors: list[AppError] = []
         self.load_profile: LoadProfile | None = None
-        """The first failed or slow load's profile (with ``diagnose``)."""
+        """With ``diagnose``: the profile of the load that failed the run, or else of its slowest
+        slow load. A load that fails once the app has loaded for another probe is kept with that
+        probe instead (:meth:`_lost_load`)."""
         self._lock = threading.Lock()
 
     def serve(self, probe: Probe, *, lane: int = 0) -> list[HttpResponse]:
@@ -209,11 +211,14 @@ class _Run:
                 self.load_error = str(exc)
                 self.load_profile = getattr(exc, "profile", None)
                 return [a or HttpResponse(None, error=str(exc)) for a in answers]
+            self._lost_load(probe, answers, exc)
             return [a or HttpResponse(None, error=f"the app did not load for this check: {exc}") for a in answers]
         with self._lock:
             self.loaded_once = True
             self.containment = containment
-            self.load_profile = self.load_profile or worker.load_profile
+            slowest = self.load_profile
+            if worker.load_profile is not None and (slowest is None or worker.load_profile.seconds > slowest.seconds):
+                self.load_profile = worker.load_profile
             if template is not None and self.plan is None and worker.swap_plan is not None:
                 self.plan = worker.swap_plan  # the run's later workers apply it instead of planning again
             if template is not None and worker.swapped is False and self.template is template:
@@ -235,6 +240,18 @@ class _Run:
             if lane:
                 self.sandbox.stats["second_lane"] += 1
         return answers  # type: ignore[return-value]
+
+    def _lost_load(self, probe: Probe, answers: list[HttpResponse | None], exc: Exception) -> None:
+        """With ``diagnose``: keep a load that failed for ``probe`` after the app loaded for another
+        (a load past its deadline on a busy machine, say) next to that probe, with the profile of
+        this very load (:attr:`AppError.load_failed`), not the profile of one that worked."""
+        if not self.diagnose:
+            return
+        step = next((s for s, a in zip(probe.steps, answers) if a is None), probe.steps[0])
+        error = AppError(probe.id, step.method, step.path, step.actor, None, str(exc), load_failed=True,
+                         profile=getattr(exc, "profile", None))
+        with self._lock:
+            self.app_errors.append(error)
 
     def serve_all(self, probes: Sequence[Probe], indices: range, answers: list) -> None:
         """Serve the probes at ``indices`` into ``answers``. A run whose workers each import the app

@@ -176,10 +176,14 @@ def _load_sampler(fd: int, message: dict[str, Any], workspace: str) -> LoadSampl
 
 
 def _with_profile(report: dict[str, Any], sampler: LoadSampler | None) -> dict[str, Any]:
-    """The load's report (``ready`` or ``load_error``), with the load profile if one was taken and the
-    load failed or was slow."""
+    """The load's report (``ready`` or ``load_error``), with the load's finished profile if one was
+    taken: a failed load's if it has anything to show; a successful load's always, for the parent
+    to judge whether it was slow (it knows the load deadline, and it shows a finished load only by
+    the profile its report carries, never by one streamed before)."""
     if sampler is not None:
-        profile = worth_showing(sampler.stop(), loaded=report["type"] == "ready")
+        profile = sampler.stop()
+        if report["type"] != "ready":
+            profile = worth_showing(profile, loaded=False)
         if profile is not None:
             report["profile"] = profile.to_json()
     return report
