@@ -183,7 +183,8 @@ def _init_verifier(root: str, scratch: str, diagnostics: bool = False) -> None:
 def check_entry(cache: ScenarioCache, scenario_id: str, runner: ProbeRunner, *,
                 quick: bool) -> tuple[list[str], list[str]]:
     """(problems, diagnostics) of one cached scenario: a failed hash check, or (unless ``quick``) the
-    full check, with what its runner collected for the author (:attr:`CheckReport.diagnostics`)."""
+    full check, with what its runner collected for the author (:attr:`CheckReport.diagnostics`, then
+    its warnings: a load near its deadline)."""
     try:
         bundle = cache.load(scenario_id)
     except CorruptEntryError as exc:
@@ -191,7 +192,7 @@ def check_entry(cache: ScenarioCache, scenario_id: str, runner: ProbeRunner, *,
     if quick:
         return [], []
     report = check_scenario(bundle, runner, fail_fast=False)
-    return report.problems, report.diagnostics
+    return report.problems, report.diagnostics + [f"warning: {warning}" for warning in report.warnings]
 
 
 def verify_entry(cache: ScenarioCache, scenario_id: str, runner: ProbeRunner, *, quick: bool) -> list[str]:
