@@ -320,3 +320,26 @@ def test_a_patch_that_makes_every_hidden_probe_raise_learns_nothing_from_the_sub
     assert not [p for p in hidden_paths if p in text]
     for words in ("Traceback", "hidden probe path", "RuntimeError", 'File "', "app.py:", " in _raise_on_every_request"):
         assert words not in text
+
+
+# -- an exception after the answer ----------------------------------------------------------------
+
+AUDITED_APP = NOTES_APP.replace("from fastapi import FastAPI, Header, HTTPException",
+                                "from fastapi import BackgroundTasks, FastAPI, Header, HTTPException").replace(
+    '''def read_note(note_id: str, authorization: str | None = Header(default=None)):
+    caller(authorization)''', '''def read_note(note_id: str, tasks: BackgroundTasks, authorization: str | None = Header(default=None)):
+    tasks.add_task(write_audit_line, caller(authorization), note_id)''').replace(
+    "def render(note):\n    return {\"id\": note[\"id\"], \"text\": note[\"text\"], \"words\": count_words(note)}",
+    "def render(note):\n    return {\"id\": note[\"id\"], \"text\": note[\"text\"]}\n\n\n"
+    "def write_audit_line(user, note_id):\n    with open(\"audit.log\", \"a\") as log:  # a new file, once loaded\n"
+    "        log.write(f\"{user} read {note_id}\\n\")")
+
+
+@linux_only
+def test_a_background_task_that_fails_after_the_answer_is_shown_to_the_author(tmp_path, capsys, shared_default_sandbox):
+    """The app answered 200, then its audit task raised (it creates a file once loaded, which the
+    sandbox refuses): no probe fails, and before, nothing said so anywhere."""
+    out = imported(scenario_folder(tmp_path / "notes", AUDITED_APP), tmp_path / "cache", capsys)  # (its canaries fail)
+    assert "reg-own-note fails" not in out  # the probe passes: the answer was good
+    assert "the app raised on GET /api/notes/n1 as alice (probe reg-own-note, after answering 200" in out, out
+    assert "in write_audit_line" in out and "PermissionError" in out

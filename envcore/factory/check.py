@@ -120,7 +120,14 @@ class Diagnostics:
 
     def load(self, report: RunReport, what: str) -> None:
         """``report``'s load of ``what`` failed (a problem says so) or succeeded: keep its profile, if
-        the runner kept one (a failed load, or a slow one: the slowest)."""
+        the runner kept one (a failed load, or a slow one: the slowest), and the tracebacks of what the
+        app raised after answering well (no probe fails, and nothing else would say so)."""
+        kept = {(e.probe_id, e.method, e.path, e.traceback) for e in self.errors}
+        for error in report.app_errors:  # raised after a good answer (a background task): no probe fails
+            if error.status is not None and error.status < 500 and not error.load_failed and \
+                    (error.probe_id, error.method, error.path, error.traceback) not in kept:
+                self.errors.append(error)
+                kept.add((error.probe_id, error.method, error.path, error.traceback))
         if report.load_profile is None:
             return
         if not report.loaded:

@@ -5,7 +5,8 @@ it "did not finish loading within 5 s", says what went wrong but not where. Two 
 where, for the person who brought the app (``python -m envcore factory import`` and ``factory
 check``); a runner collects them only when it is built with ``diagnostics=True``:
 
-* **The app's traceback** (:class:`AppError`): for a request the app answered with a 5xx status, or
+* **The app's traceback** (:class:`AppError`): for a request the app answered with a 5xx status (or
+  answered, then raised: a background task that fails after the response), or
   not at all, because an exception escaped it, the app's own frames (``app/<file>:<line> in
   <function>`` and the source line) and the exception, with the request it answered (probe, method,
   path, user). Frames of libraries are left out: they say nothing the author can change (an error
@@ -349,7 +350,12 @@ def render_app_errors(errors: list[AppError]) -> list[str]:
             blocks.append(_render_load_failure(group))
             continue
         text, first = key[1], group[0]
-        status = f"status {first.status}" if first.status is not None else "no answer"
+        if first.status is None:
+            status = "no answer"
+        elif first.status >= 500:
+            status = f"status {first.status}"
+        else:  # a background task, or code after the response: the client saw no error
+            status = f"after answering {first.status}, so its client saw no error: a background task?"
         what = f"signing in for probe {first.probe_id}" if first.login else f"probe {first.probe_id}"
         head = f"the app raised on {first.method} {first.path} as {first.actor or 'anonymous'} ({what}, {status})"
         more = sorted({e.probe_id for e in group[1:]} - {first.probe_id})

@@ -108,7 +108,8 @@ class ProbeExchange:
 
     def answer(self, response: HttpResponse) -> None:
         """What came back for the request :meth:`next_request` gave last."""
-        if response.traceback is not None and failed_answer(response.status) and self._sent is not None:
+        if response.traceback is not None and self._sent is not None and (
+                failed_answer(response.status) or response.error is not None):  # (raised after answering)
             index = self._next_step()
             actor = self._signing_in if self._signing_in is not None else (
                 self.steps[index].actor if index is not None else None)
