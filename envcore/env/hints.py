@@ -32,6 +32,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from envcore.patching import PatchError, parse_patch
 from envcore.scenario.bundle import Bundle
@@ -291,7 +292,8 @@ def _exploit(bundle: Bundle, disclosure: Disclosure) -> str:
     lines = []
     for step in probe.steps[:3]:
         who = f"as `{step.actor}` ({roles.get(step.actor, 'a user')})" if step.actor else "anonymously"
-        body = f" with the JSON body `{json.dumps(step.json_body)}`" if step.json_body is not None else ""
+        body = f" with the JSON body `{json.dumps(step.json_body)}`" if step.json_body is not None else (
+            f" with the form `{urlencode(step.form)}`" if step.form is not None else "")
         headers = "".join(f" with the header `{name}: {value}`" for name, value in step.headers.items())
         lines.append(f"- `{step.request_line}` {who}{headers}{body}")
     return (f"The check that fails: {probe.title}. Send:\n\n" + "\n".join(lines) +

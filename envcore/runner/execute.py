@@ -35,10 +35,10 @@ def _rooted(value, app_root: str):
 
 
 def _signed_step(step: ProbeStep, session: ActorSession, app_root: str | None) -> HttpRequest:
-    path, query, headers, body = step.path, step.query, step.headers, step.json_body
+    path, query, headers, body, form = step.path, step.query, step.headers, step.json_body, step.form
     if app_root is not None:
-        path, query, headers, body = (_rooted(v, app_root) for v in (path, dict(query), dict(headers), body))
-    request = HttpRequest.build(step.method, path, query=query, headers=headers, json_body=body)
+        path, query, headers, body, form = (_rooted(v, app_root) for v in (path, dict(query), dict(headers), body, form))
+    request = HttpRequest.build(step.method, path, query=query, headers=headers, json_body=body, form=form)
     return session.sign(request, step.actor)
 
 

@@ -35,6 +35,7 @@ class HttpRequest:
         headers: Mapping[str, str] | None = None,
         token: str | None = None,
         json_body: Any = None,
+        form: Mapping[str, str] | None = None,
     ) -> "HttpRequest":
         hdrs: list[tuple[str, str]] = []
         if token:
@@ -43,6 +44,9 @@ class HttpRequest:
         if json_body is not None:
             body = json.dumps(json_body).encode()
             hdrs.append(("content-type", "application/json"))
+        elif form is not None:
+            body = urlencode(list(form.items())).encode("utf-8")
+            hdrs.append(("content-type", "application/x-www-form-urlencoded"))
         hdrs += [(k.lower(), v) for k, v in (headers or {}).items()]
         return cls(method.upper(), path, tuple((query or {}).items()), tuple(hdrs), body)
 

@@ -149,8 +149,21 @@ class ProbeStep(_Wire):
     """Extra request headers (the actor's ``Authorization`` header is added by the runner)."""
     json_body: Any = None
     """JSON request body, or ``None`` for no body."""
+    form: dict[str, str] | None = None
+    """A form body (``application/x-www-form-urlencoded``, what an HTML form posts), instead of
+    ``json_body``. Left out of every dump when ``None``, so bundles written before it keep their hash."""
     expect: tuple[Fact, ...] = ()
     """Facts the response must satisfy; an empty tuple accepts any response."""
+
+    @model_validator(mode="after")
+    def _one_body(self) -> "ProbeStep":
+        if self.form is not None and self.json_body is not None:
+            raise ValueError("a step sends json_body or form, not both")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_default_form(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_unset(handler(self), "form")
 
     @field_validator("method")
     @classmethod
