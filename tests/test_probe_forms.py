@@ -77,3 +77,20 @@ def test_the_shadow_replaces_a_users_values_in_a_form():
     shadowed = _shadow_probe(probe, Substitution({"ann.moss": "qbe.xkrt", "ann.moss-7731": "qbe.xkrt-2290"}))
     assert shadowed.steps[0].form == {"display_name": "qbe.xkrt-2290", "kind": "x"}
     assert shadowed.steps[0].actor == "qbe.xkrt" and shadowed.id == "reg-form"
+
+
+def test_an_agent_posts_a_form_with_http_request(cached_episode):
+    """The agent's own requests can post a form too, as a person testing an HTML page would."""
+    observation = cached_episode.step({"tool": "http_request", "method": "POST", "path": "/api/health",
+                                       "form": {"a": "b"}})
+    assert observation.error is None, observation.error
+    refused = cached_episode.step({"tool": "http_request", "method": "POST", "path": "/x", "form": {"a": "b"},
+                                   "json_body": {"a": "b"}})
+    assert refused.error and "json_body or form, not both" in refused.error
+
+
+def test_the_http_request_tool_schema_offers_the_form():
+    from envcore.env.tools import tool_schemas
+
+    schema = next(s for s in tool_schemas() if s["function"]["name"] == "http_request")["function"]
+    assert "form" in schema["parameters"]["properties"]

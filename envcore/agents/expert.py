@@ -97,6 +97,8 @@ def exploit_request(bundle: Any) -> Action | None:
                 action["headers"] = dict(step.headers)
             if step.json_body is not None:
                 action["json_body"] = step.json_body
+            if step.form is not None:
+                action["form"] = dict(step.form)
             return action
     return None
 

@@ -159,6 +159,14 @@ class HttpRequestTool(_Tool):
     """Extra request headers (the user's credentials are added for you)."""
     json_body: Any = None
     """A JSON request body, for POST, PUT and PATCH."""
+    form: dict[str, str] | None = None
+    """A form body instead (what an HTML form posts to a route with Form fields), e.g. {"name": "x"}."""
+
+    @model_validator(mode="after")
+    def _one_body(self) -> "HttpRequestTool":
+        if self.form is not None and self.json_body is not None:
+            raise _refuse("send json_body or form, not both")
+        return self
 
     @field_validator("method")
     @classmethod

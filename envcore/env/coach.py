@@ -147,7 +147,8 @@ class Coach:
         """``action`` (an ``http_request``) replayed on both apps; ``None`` if either gave no answer
         (the coach then says nothing about it)."""
         key = json.dumps([action.get("method", "GET"), action.get("path"), action.get("as_user"),
-                          action.get("headers") or {}, action.get("json_body")], sort_keys=True, default=str)
+                          action.get("headers") or {}, action.get("json_body"), action.get("form")], sort_keys=True,
+                         default=str)
         if key in self._judged or self.closed:
             return self._judged.get(key)
         fixed_source = self._fixed()
@@ -310,7 +311,8 @@ def _step_of(action: dict[str, Any]) -> ProbeStep | None:
         return ProbeStep(actor=action.get("as_user"), method=str(action.get("method") or "GET"), path=path,
                          query=dict(parse_qsl(query, keep_blank_values=True)),
                          headers={str(k): str(v) for k, v in (action.get("headers") or {}).items()},
-                         json_body=action.get("json_body"))
+                         json_body=action.get("json_body"),
+                         form={str(k): str(v) for k, v in action["form"].items()} if action.get("form") else None)
     except ValueError:
         return None
 

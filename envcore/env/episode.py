@@ -301,11 +301,12 @@ class Episode:
         path, _, query = action.path.partition("?")
         try:
             request = HttpRequest.build(action.method, path, query=dict(parse_qsl(query, keep_blank_values=True)),
-                                        headers=action.headers, json_body=action.json_body)
+                                        headers=action.headers, json_body=action.json_body, form=action.form)
         except (TypeError, ValueError) as exc:
             raise ActionError(f"cannot send this request: {exc}") from None
         if len(request.body) > LIMITS["json_body_bytes"]:
-            raise ActionError(f"json_body is larger than {LIMITS['json_body_bytes']} bytes")
+            raise ActionError(f"the request body ({'form' if action.form is not None else 'json_body'}) is larger than "
+                              f"{LIMITS['json_body_bytes']} bytes")
         try:
             # signed as the user by the live app: a user who signs in with a login request does so
             # there, once per run of the app

@@ -12,7 +12,7 @@ from envcore.scenario.bundle import Bundle, BundleUser
 
 TOOLS_HELP = (
     "Tools: list_files; read_file(path, start_line?, end_line?); search_code(query, regex?, path_prefix?); "
-    "http_request(method, path, as_user?, headers?, json_body?); apply_patch(diff); edit_file(path, search, replace); "
+    "http_request(method, path, as_user?, headers?, json_body? or form?); apply_patch(diff); edit_file(path, search, replace); "
     "run_tests (visible probes only); view_diff; submit (ends the episode)."
 )
 
