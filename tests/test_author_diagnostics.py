@@ -174,7 +174,7 @@ def test_factory_check_of_a_cache_prints_the_apps_traceback(tmp_path, capsys):
 
     bundle = load_bundle_dir(scenario_folder(tmp_path / "notes", NOTES_APP), require_fix=False)
     add_to_cache(tmp_path / "cache", [(bundle, "test")], generator="import")
-    assert main(["factory", "check", str(tmp_path / "cache"), "--workers", "1"]) == 1
+    assert main(["factory", "check", str(tmp_path / "cache"), "--workers", "1", "--runner", "inprocess"]) == 1
     out = capsys.readouterr().out
     assert f"{bundle.scenario_id}: what the app did (for the scenario's author):" in out
     assert f"app/main.py:{RAISING_LINE} in count_words" in out and "KeyError: 'body'" in out

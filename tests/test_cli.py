@@ -43,7 +43,7 @@ def test_build_writes_a_manifest_and_bundles(small_cache, capsys):
 
 @pytest.mark.slow  # the whole check of 12 scenarios; the quick check runs by default below
 def test_check_passes_on_a_fresh_cache(small_cache, capsys):
-    assert main(["factory", "check", str(small_cache)]) == 0
+    assert main(["factory", "check", str(small_cache), "--runner", "inprocess"]) == 0
     assert "12 of 12 scenarios valid" in capsys.readouterr().out
 
 

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+import os
+import signal
 import sys
+import textwrap
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from envcore.cache import CacheEntry, CacheError, CorruptEntryError, ScenarioCache, add_to_cache, write_cache
 from envcore.cli.progress import progress_bar
@@ -14,8 +23,19 @@ from envcore.factory.byo import ImportProblem, export_bundle_dir, import_warning
 from envcore.factory.check import check_scenario
 from envcore.factory.config import FactoryConfig
 from envcore.factory.jobs import FactoryJob
-from envcore.scenario.probes import ProbeKind, describe_fact
+from envcore.runner.base import RunnerInfrastructureError
+from envcore.scenario.probes import ProbeKind, ProbeStep, describe_fact
 from envcore.version import GENERATOR_VERSION
+
+RUNNERS = ("sandbox", "inprocess")
+"""Where a command runs apps: ``sandbox`` (the default wherever a cache's or a folder's apps run:
+they may come from anywhere) or ``inprocess`` (this process, with its rights: trusted code only)."""
+
+
+def _runner_help(what: str) -> str:
+    return (f"where {what} run: sandbox (the default: the sandbox the verifier grades in, for code from "
+            f"anywhere) or inprocess (in this process, with your rights and no containment: faster, and "
+            f"only for code you trust, such as the factory's own apps)")
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -52,9 +72,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="check hashes only, do not run the apps")
     p.add_argument("--limit", type=int, help="check only the first N entries")
     p.add_argument("--workers", type=int, default=default_workers(), help="worker processes (default: CPU count)")
-    p.add_argument("--runner", choices=("inprocess", "sandbox"), default="inprocess",
-                   help="where the apps run: in-process (fast; for the factory's own caches) or in the sandbox "
-                   "(for caches of apps from elsewhere)")
+    p.add_argument("--runner", choices=RUNNERS, default="sandbox", help=_runner_help("the cache's apps"))
     p.set_defaults(func=cmd_check)
 
     p = cmds.add_parser("import", help="import a hand-written scenario folder into a cache",
@@ -64,9 +82,8 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="cache folder to add it to (created if missing)")
     p.add_argument("--split", default="test", help="split to file it under (default: test)")
     p.add_argument("--allow-no-fix", action="store_true", help="accept a scenario without fix.diff")
-    p.add_argument("--runner", choices=("sandbox", "inprocess"), default="sandbox",
-                   help="where the scenario's app runs for the check: in the sandbox (default: it is code from "
-                   "elsewhere) or in-process (only for code you trust)")
+    p.add_argument("--runner", choices=RUNNERS, default="sandbox",
+                   help=_runner_help("the scenario's app and its variants"))
     p.set_defaults(func=cmd_import)
 
     p = cmds.add_parser("merge", help="a new cache version holding every scenario of several caches",
@@ -91,6 +108,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     p.add_argument("--per-class", type=int, default=3, metavar="N",
                    help="scenarios per bug class and split, first by id (default 3; 0: every scenario)")
     p.add_argument("--json", action="store_true", help="print the rewards per scenario as JSON too")
+    p.add_argument("--runner", choices=RUNNERS, default="sandbox", help=_runner_help("the cache's apps"))
     p.set_defaults(func=cmd_canaries)
 
     p = cmds.add_parser("show", help="show one cached scenario",
@@ -122,6 +140,95 @@ def _open(path: Path | None) -> ScenarioCache:
         raise SystemExit(f"error: {exc}") from None
 
 
+class Stopped(KeyboardInterrupt):
+    """A command that runs apps was asked to stop (``SIGTERM``, ``SIGHUP``). Raised where the signal
+    finds the command, as Ctrl-C raises :class:`KeyboardInterrupt` (which an app's load or startup
+    does not swallow), so every ``finally`` on the way out runs: the in-process runner stops the
+    fork it waits on and removes its folder, a pool ends its workers."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _stopping_cleanly() -> Iterator[None]:
+    """``SIGTERM`` and ``SIGHUP`` raise :class:`Stopped` in this process while the block runs (where
+    they would end it at once, without cleaning up); in a fork of it they still do what they did.
+    A signal this process was told to ignore (``nohup``) stays ignored.
+
+    Python drops an exception a signal handler raises where nothing can receive it (an at-fork
+    hook: the in-process runner forks once per probe), so until the block ends the signal is sent
+    again every second: the command stops at the next place it can. A signal that finds it already
+    on its way out (cleaning up after a :class:`Stopped`) lets the cleanup finish."""
+    owner = os.getpid()
+    again: list[threading.Timer] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a fork (a pool worker): it ends as it always did
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if not any(timer.is_alive() for timer in again):
+            timer = threading.Timer(1.0, os.kill, (owner, signum))
+            timer.daemon = True
+            timer.start()
+            again.append(timer)
+        if not isinstance(sys.exc_info()[1], Stopped):
+            raise Stopped(signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                previous[signum] = signal.signal(signum, stop)
+        except (ValueError, OSError):  # not the main thread: nothing to install
+            pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for timer in again:
+            timer.cancel()
+
+
+def _stoppable(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run ``command`` so that ``SIGTERM``/``SIGHUP`` end it cleanly, with ``128 + signal``."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            with _stopping_cleanly():
+                return command(args)
+        except Stopped as stopped:
+            print(f"stopped by {signal.Signals(stopped.signum).name}", file=sys.stderr)
+            return 128 + stopped.signum
+
+    return run
+
+
+def _runner(args: argparse.Namespace, *, diagnostics: bool = False) -> Any:
+    """The runner ``--runner`` names. In process every probe runs on a freshly loaded copy of the
+    app (``isolate_probes``), as in the sandbox and in grading."""
+    if args.runner == "sandbox":
+        from envcore.sandbox import SandboxRunner
+
+        return SandboxRunner(diagnostics=diagnostics)
+    from envcore.runner.inprocess import InProcessRunner
+
+    return InProcessRunner(diagnostics=diagnostics, isolate_probes=True)
+
+
+def _close(runner: Any) -> None:
+    """Close an in-process runner (its folder); the sandbox is the process's, closed at exit."""
+    from envcore.runner.inprocess import InProcessRunner
+
+    if isinstance(runner, InProcessRunner):
+        runner.close()
+
+
+@_stoppable
 def cmd_build(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise SystemExit("error: --n must be at least 1")
@@ -180,11 +287,9 @@ def _build_with_llm(args: argparse.Namespace, config: FactoryConfig, seeds: rang
     return report
 
 
+@_stoppable
 def cmd_canaries(args: argparse.Namespace) -> int:
-    import json
-
-    from envcore.factory.canaries import panel_rewards, render_panel
-    from envcore.runner.inprocess import InProcessRunner
+    from envcore.factory import canaries
 
     cache = _open(args.cache)
     if args.per_class < 0:
@@ -196,16 +301,16 @@ def cmd_canaries(args: argparse.Namespace) -> int:
         if args.per_class == 0 or counts.get(key, 0) < args.per_class:
             counts[key] = counts.get(key, 0) + 1
             chosen.append(row["scenario_id"])
-    runner = InProcessRunner()
+    runner = _runner(args)
     results = {}
     try:
         with progress_bar(len(chosen), "grading the panel") as update:
             for done, scenario_id in enumerate(chosen, 1):
-                results[scenario_id] = panel_rewards(cache.load(scenario_id), runner)
+                results[scenario_id] = canaries.panel_rewards(cache.load(scenario_id), runner)
                 update(done)
     finally:
-        runner.close()
-    text, cracked = render_panel(results)
+        _close(runner)
+    text, cracked = canaries.render_panel(results)
     print(f"the canary panel on {len(results)} scenarios of {cache.root}")
     print(text)
     if args.json:
@@ -213,10 +318,15 @@ def cmd_canaries(args: argparse.Namespace) -> int:
     return 1 if cracked else 0
 
 
+@_stoppable
 def cmd_check(args: argparse.Namespace) -> int:
     cache = _open(args.cache)
     ids = cache.ids()[: args.limit] if args.limit else cache.ids()
     diagnostics: dict[str, list[str]] = {}
+    if args.runner == "inprocess" and not args.quick:
+        from envcore.runner.inprocess import preload_app_libraries
+
+        preload_app_libraries()  # once here, for every worker forked to check (their profiles measure the apps)
     with progress_bar(len(ids), "checking") as update:
         problems = verify_cache(cache.root, ids, quick=args.quick, workers=args.workers, progress=update,
                                 sandboxed=args.runner == "sandbox", diagnostics=diagnostics)
@@ -237,20 +347,13 @@ def _print_diagnostics(prefix: str, blocks: list[str]) -> None:
             print("\n".join("    " + line for line in block.splitlines()))
 
 
+@_stoppable
 def cmd_import(args: argparse.Namespace) -> int:
-    from envcore.runner.inprocess import InProcessRunner
-
-    if args.runner == "sandbox":
-        from envcore.sandbox import SandboxRunner
-
-        runner: InProcessRunner | SandboxRunner = SandboxRunner(diagnostics=True)
-    else:
-        runner = InProcessRunner(diagnostics=True)
+    runner = _runner(args, diagnostics=True)
     try:
         failed = [folder for folder in args.folder if _import_one(folder, args, runner) != 0]
     finally:
-        if isinstance(runner, InProcessRunner):
-            runner.close()
+        _close(runner)
     if failed and len(args.folder) > 1:
         print(f"{len(failed)} of {len(args.folder)} folders were not imported: {', '.join(map(str, failed))}")
     return 1 if failed else 0
@@ -264,7 +367,11 @@ def _import_one(folder: Path, args: argparse.Namespace, runner) -> int:
         return 1
     for warning in import_warnings(bundle):  # what grading cannot shadow: said, never dropped silently
         print(f"warning: {folder}: {warning}")
-    report = check_scenario(bundle, runner, fail_fast=False)
+    try:
+        report = check_scenario(bundle, runner, fail_fast=False)
+    except RunnerInfrastructureError as exc:  # the runner's failure, not the scenario's: said, not a traceback
+        print(f"cannot check {folder}: the {runner.name} runner failed: {exc}")
+        return 1
     for warning in report.warnings:  # a load near its deadline: the check passes or fails by chance
         print(f"warning: {folder}: {warning}")
     if not report.ok:
@@ -322,14 +429,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"\nTask\n  {bundle.task}\n\nPolicy\n" + "\n".join(f"  {line}" for line in bundle.policy_text.splitlines()))
     print("\nUsers")
     for u in bundle.users:
-        print(f"  {u.username:<22} {u.role:<8} id={u.user_id:<14} tenant={u.tenant or '-'}")
+        print(f"  {u.username:<22} {u.role:<8} id={u.user_id:<14} tenant={u.tenant or '-':<10} {_credential_kind(u)}")
+    print("\nShadow")
+    print("\n".join(_shadow_lines(bundle)))
     print("\nProbes")
     for p in bundle.probes:
         vis = "visible" if p.visible else "hidden"
         print(f"  {p.id:<8} {p.kind.value:<10} {vis:<7} {p.title}")
         for s in p.steps:
             facts = "; ".join(describe_fact(f) for f in s.expect) or "any response"
-            print(f"           {s.actor or 'anonymous'}: {s.method} {s.path} -> {facts}")
+            print(f"           {_step_line(s)} -> {facts}")
     print("\nFiles\n" + "\n".join(f"  {path} ({text.count(chr(10))} lines)" for path, text in bundle.files.items()))
     counts = {k.value: len(bundle.probes_of(k)) for k in ProbeKind}
     print(f"\n{counts} probes, reference fix {bundle.metrics.fix_lines} lines in {bundle.metrics.fix_files} file(s)")
@@ -339,6 +448,67 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.fix:
         print("\n===== reference fix =====\n" + bundle.reference_fix)
     return 0
+
+
+SHOWN_STRING = 60
+"""Characters of a string in a step's JSON body that ``factory show`` prints (the rest is cut)."""
+SHOWN_BODY = 240
+"""Characters of a step's JSON body that ``factory show`` prints."""
+
+
+def _shortened(value: Any) -> Any:
+    """``value`` with every long string cut, so that a body shows every key it sends."""
+    if isinstance(value, str) and len(value) > SHOWN_STRING:
+        return value[:SHOWN_STRING] + "..."
+    if isinstance(value, list):
+        return [_shortened(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _shortened(v) for k, v in value.items()}
+    return value
+
+
+def _step_line(step: ProbeStep) -> str:
+    """Who sends a step and what: ``actor: METHOD /path?query {json body} [headers: Name, ...]``
+    (a form body as ``form {...}``; header names only, the body compact, every key shown), so an
+    exploit reads differently from legitimate use."""
+    line = f"{step.actor or 'anonymous'}: {step.request_line}"
+    if step.json_body is not None or step.form is not None:
+        body = json.dumps(_shortened(step.json_body if step.form is None else step.form), ensure_ascii=False)
+        body = body if len(body) <= SHOWN_BODY else body[:SHOWN_BODY] + "..."
+        line += f" {body}" if step.form is None else f" form {body}"
+    if step.headers:
+        line += f" [headers: {', '.join(step.headers)}]"
+    return line
+
+
+def _credential_kind(user: Any) -> str:
+    """How a request as ``user`` is signed: the credential's kind and where it goes (never a secret)."""
+    credentials = user.credential()
+    if credentials.kind in ("header", "cookie"):
+        return f"{credentials.kind} {credentials.name}"
+    if credentials.kind == "login" and credentials.login is not None:
+        where = credentials.login.path.partition("?")[0]  # a query may carry the password
+        sends = f", token in {credentials.name}" if credentials.name else ""
+        return f"login {credentials.login.method} {where}{sends}"
+    return credentials.kind
+
+
+def _shadow_lines(bundle: Any) -> list[str]:
+    """The bundle's shadow declaration: what grading replaces with fresh values."""
+    if not bundle.shadow_values and bundle.shadow_in_code is None:
+        return ["  none declared: graded on the scenario's own data (its users cannot be shadowed)"]
+    lines = ["  grading replaces these with fresh values of the same shape, every time:"]
+    values = [f"{v.value} (keeps {v.keep})" if v.keep else v.value for v in bundle.shadow_values]
+    if values:
+        lines += textwrap.wrap("values: " + ", ".join(values), width=100, initial_indent="  ",
+                               subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
+    code = bundle.shadow_in_code
+    if code is not None:
+        if code.files:
+            lines.append(f"  in code: users made in {', '.join(code.files)}")
+        if code.jwt_secret:
+            lines.append("  tokens: signed anew with the declared JWT secret")
+    return lines
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

@@ -176,7 +176,8 @@ def build(
 
 def _init_verifier(root: str, scratch: str, diagnostics: bool = False) -> None:
     _WORKER["cache"] = ScenarioCache.open(root)
-    _WORKER["runner"] = InProcessRunner(scratch_parent=scratch, diagnostics=diagnostics)  # see _init_worker
+    # every probe on the app exactly as loaded, as in grading and in the sandbox (see _init_worker)
+    _WORKER["runner"] = InProcessRunner(scratch_parent=scratch, diagnostics=diagnostics, isolate_probes=True)
     _tune_gc()
 
 
@@ -246,7 +247,7 @@ def verify_cache(
         return problems
 
     if workers == 1:
-        cache, runner = ScenarioCache.open(root), InProcessRunner(diagnostics=diagnose)
+        cache, runner = ScenarioCache.open(root), InProcessRunner(diagnostics=diagnose, isolate_probes=True)
         try:
             with batch_gc():
                 for done, scenario_id in enumerate(scenario_ids, 1):

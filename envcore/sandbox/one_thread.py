@@ -20,6 +20,14 @@ that needs none in a process serving one request at a time, and would fail where
 :func:`run_on_one_thread` applies them all in the zygote, before the first fork, so every template and
 worker inherits them. Idempotent; a library that is not installed is skipped. Threads the app starts
 itself still fail as before.
+
+The in-process runner (:mod:`envcore.runner.inprocess`) serves an app on one thread the same way, for
+as long as it serves it (:func:`on_one_thread`, which also runs Starlette's thread pool in place, as
+every worker does: :func:`~envcore.sandbox.containment.run_sync_inline`), and for the same reasons:
+its probes run in forks of the loaded app, and a fork has none of its parent's threads (an aiosqlite
+connection the app's startup opened would wait for ever on its connection thread in every fork), and
+an app must not pass there and fail here, or the other way round (a SQLite connection made at import
+serves sync routes in a worker, where they run on the thread that made it).
 """
 
 from __future__ import annotations
@@ -27,16 +35,22 @@ from __future__ import annotations
 import asyncio
 import asyncio.base_events
 import sys
+import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+Undo = Callable[[], None]
+"""Puts back what an adaptation replaced."""
 
-def inline_default_executor() -> None:
+
+def inline_default_executor() -> Undo:
     """Make ``loop.run_in_executor(None, fn, *args)`` call ``fn(*args)`` in place and return a future
     already holding its result or exception (an explicit executor is used as given)."""
     loop_class = asyncio.base_events.BaseEventLoop
-    original = getattr(loop_class.run_in_executor, "__wrapped__", loop_class.run_in_executor)
+    previous = loop_class.run_in_executor
+    original = getattr(previous, "__wrapped__", previous)
 
     def run_in_executor(self: Any, executor: Any, func: Callable[..., Any], *args: Any) -> asyncio.Future:
         if executor is not None:
@@ -53,6 +67,11 @@ def inline_default_executor() -> None:
 
     run_in_executor.__wrapped__ = original  # type: ignore[attr-defined]
     loop_class.run_in_executor = run_in_executor  # type: ignore[method-assign]
+
+    def undo() -> None:
+        loop_class.run_in_executor = previous  # type: ignore[method-assign]
+
+    return undo
 
 
 class _InlineThread:
@@ -96,12 +115,19 @@ class _InlineQueue:
     put = put_nowait
 
 
-def inline_aiosqlite() -> None:
+def inline_aiosqlite() -> Undo:
     """aiosqlite's connections run their SQLite calls in place (see :class:`_InlineQueue`)."""
     core = _loaded("aiosqlite.core")
-    if core is not None:
-        core.Thread = _InlineThread
-        core.SimpleQueue = _InlineQueue
+    if core is None:
+        return _nothing
+    previous = core.Thread, core.SimpleQueue
+    core.Thread = _InlineThread
+    core.SimpleQueue = _InlineQueue
+
+    def undo() -> None:
+        core.Thread, core.SimpleQueue = previous
+
+    return undo
 
 
 class _IdleTimer:
@@ -120,21 +146,54 @@ class _IdleTimer:
         return False
 
 
-def limits_without_timer() -> None:
+def limits_without_timer() -> Undo:
     """limits' in-memory storage keeps expired counters until they are next read (when it drops them
     anyway) instead of tidying them on a timer thread."""
     memory = _loaded("limits.storage.memory")
-    if memory is not None and isinstance(memory.threading, types.ModuleType):
-        threading = memory.threading
-        memory.threading = types.SimpleNamespace(RLock=threading.RLock, Lock=threading.Lock, Timer=_IdleTimer)
+    if memory is None or not isinstance(memory.threading, types.ModuleType):
+        return _nothing
+    module = memory.threading
+    memory.threading = types.SimpleNamespace(RLock=module.RLock, Lock=module.Lock, Timer=_IdleTimer)
+
+    def undo() -> None:
+        memory.threading = module
+
+    return undo
 
 
-ADAPTATIONS: tuple[tuple[str, Callable[[], None]], ...] = (
+def inline_thread_pool() -> Undo:
+    """Starlette's thread pool (``anyio.to_thread.run_sync``: sync routes and dependencies) calls the
+    function in place, as every worker's does (:func:`~envcore.sandbox.containment.run_sync_inline`,
+    which a worker applies itself; here for :func:`on_one_thread`)."""
+    import anyio.to_thread
+
+    from envcore.sandbox.containment import run_sync_inline
+
+    previous = anyio.to_thread.run_sync
+    run_sync_inline()
+
+    def undo() -> None:
+        anyio.to_thread.run_sync = previous
+
+    return undo
+
+
+def _nothing() -> None:
+    """The undo of an adaptation that found nothing to adapt."""
+
+
+ADAPTATIONS: tuple[tuple[str, Callable[[], Undo]], ...] = (
     ("asyncio default executor", inline_default_executor),
     ("aiosqlite", inline_aiosqlite),
     ("limits in-memory storage", limits_without_timer),
 )
-"""Every adaptation, by what it adapts."""
+"""Every adaptation the zygote applies, by what it adapts (each returns its undo)."""
+
+IN_PROCESS: tuple[tuple[str, Callable[[], Undo]], ...] = (
+    *ADAPTATIONS,
+    ("Starlette's thread pool", inline_thread_pool),
+)
+"""What :func:`on_one_thread` applies: every adaptation, and the thread pool a worker runs in place."""
 
 
 def run_on_one_thread() -> list[str]:
@@ -144,6 +203,36 @@ def run_on_one_thread() -> list[str]:
         adapt()
         done.append(name)
     return done
+
+
+_scope_lock = threading.Lock()
+_scope_depth = 0
+_scope_undo: list[Undo] = []
+
+
+@contextmanager
+def on_one_thread() -> Iterator[None]:
+    """Every adaptation of :data:`IN_PROCESS` in force while the block runs, undone when the last
+    block still running ends (blocks nest, and may run in several threads at once: one runner per
+    thread). For the in-process runner, which serves apps one at a time in a process that does
+    other work too; a fork made inside the block keeps the adaptations for its life.
+
+    The adaptations are process-wide while in force: code of this process running meanwhile on
+    another thread's event loop gets the same in-place calls."""
+    global _scope_depth
+    with _scope_lock:
+        if _scope_depth == 0:
+            for _, adapt in IN_PROCESS:
+                _scope_undo.append(adapt())
+        _scope_depth += 1
+    try:
+        yield
+    finally:
+        with _scope_lock:
+            _scope_depth -= 1
+            if _scope_depth == 0:
+                while _scope_undo:
+                    _scope_undo.pop()()
 
 
 def _loaded(name: str) -> types.ModuleType | None:
