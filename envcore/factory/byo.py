@@ -36,7 +36,7 @@ from envcore.scenario.bundle import Bundle, BundleMetrics, BundleUser, ShadowInC
 from envcore.scenario.patch_scope import apply_in_scope, is_code
 from envcore.scenario.probes import Probe
 from envcore.scenario.spec import SiteRef, Trap
-from envcore.verifier.password_hashes import is_hashed_in
+from envcore.verifier.password_hashes import hashes_in, is_hashed_in
 from envcore.verifier.shadow import encoded_forms, literal_line, shadow_coverage, shadowed_code
 
 METADATA = "scenario.yaml"
@@ -204,7 +204,7 @@ def import_warnings(bundle: Bundle) -> list[str]:
         warnings.append(f"{METADATA}: shadow: {named} {item.reason}, so grading leaves it as it is and a patch may "
                         f"special-case it{hint}")
     files = "\n".join([*bundle.files, *bundle.files.values()])
-    hashed = [text for path, text in bundle.files.items() if not is_code(path) or path in shadowed_code(bundle)]
+    hashed = hashes_in(text for path, text in bundle.files.items() if not is_code(path) or path in shadowed_code(bundle))
     signed = bundle.shadow_in_code is not None and bundle.shadow_in_code.jwt_secret
     for item in kept:
         user = owners.get(item.value)

@@ -250,6 +250,6 @@ def rehashed(texts: Iterable[str], passwords: Mapping[str, str],
     return fresh
 
 
-def is_hashed_in(texts: Iterable[str], password: str) -> bool:
-    """Whether a hash of ``password`` is written in ``texts`` (in a scheme of :data:`SCHEMES`)."""
-    return any(_verifies(scheme.name, stored, password) for scheme, stored, _, _ in hashes_in(texts))
+def is_hashed_in(hashes: list[tuple[Scheme, str, str, int]], password: str) -> bool:
+    """Whether one of ``hashes`` (:func:`hashes_in`) is a hash of ``password``."""
+    return any(_verifies(scheme.name, stored, password) for scheme, stored, _, _ in hashes)

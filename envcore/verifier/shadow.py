@@ -461,10 +461,10 @@ def draw_substitution(bundle: Bundle, rng: random.Random | None = None) -> Subst
             continue
         taken.add(candidate)
         mapping[item.value] = candidate
-    passwords = {old: mapping[old] for old in user_secrets(bundle) if old in mapping}
+    owners = user_secrets(bundle)
+    passwords = {old: mapping[old] for old in owners if old in mapping}
     if passwords:  # a hash of a replaced password, in a file the shadow rewrites: a hash of the fresh one
         texts = [text for path, text in bundle.files.items() if not is_code(path) or path in shadowed_code(bundle)]
-        owners = user_secrets(bundle)
         for stored, fresh in rehashed(texts, passwords, {old: owners[old] for old in passwords}).items():
             mapping.setdefault(stored, fresh)
     secret = bundle.shadow_in_code.jwt_secret if bundle.shadow_in_code is not None else None
